@@ -1,0 +1,61 @@
+"""Shared fixtures: the real default model (fp32, loaded once) and tiny random models for fast CLI tests."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from verispec.model import loader
+from verispec.model.llama import Llama, LlamaConfig
+
+
+@pytest.fixture(scope="session")
+def default_dir() -> Path:
+    return loader.resolve(None)  # fetches and converts the default model on first use
+
+
+@pytest.fixture(scope="session")
+def target_fp32(default_dir):
+    model, tok, _ = loader.load(default_dir, "fp32")
+    return model, tok
+
+
+def write_model_folder(folder: Path, cfg: LlamaConfig, tokenizer_from: Path | None, seed: int = 0,
+                       state: dict | None = None) -> Path:
+    """A Hugging Face-style model folder with random (or given) weights."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if state is None:
+        torch.manual_seed(seed)
+        model = Llama(cfg)
+        for p in model.parameters():
+            torch.nn.init.normal_(p, std=0.05)
+        state = loader.split_to_hf(model)
+    save_file(state, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(cfg.to_json())
+    if tokenizer_from is not None:
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(tokenizer_from / name, folder / name)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory, default_dir) -> Path:
+    """A 2-layer random model with the real tokenizer: fast to load, same vocabulary as the default target."""
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
+                      max_position=512)
+    return write_model_folder(tmp_path_factory.mktemp("tiny"), cfg, default_dir)
+
+
+@pytest.fixture(scope="session")
+def truncated_draft_dir(tmp_path_factory, default_dir) -> Path:
+    """The default target cut to its first 12 layers: a real, weak draft sharing the tokenizer."""
+    cfg, hf = loader.read_config(default_dir)
+    from safetensors import safe_open
+    with safe_open(str(default_dir / "model.safetensors"), framework="pt") as st:
+        state = {k: st.get_tensor(k) for k in st.keys()
+                 if not k.startswith("model.layers.") or int(k.split(".")[2]) < 12}
+    small = LlamaConfig(**{**cfg.__dict__, "num_layers": 12})
+    return write_model_folder(tmp_path_factory.mktemp("draft12"), small, default_dir, state=state)

@@ -1,0 +1,57 @@
+"""The audit: its homogeneity test on known samples, and end to end on the real model, passing and failing."""
+from collections import Counter
+
+import torch
+
+import verispec.engine
+from verispec.audit import homogeneity_test
+from verispec.cli import main
+
+
+def draws(probabilities, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.multinomial(torch.tensor(probabilities), n, replacement=True, generator=g)
+    return Counter(idx.tolist())
+
+
+def test_same_distribution_passes_and_different_fails():
+    p = [0.4, 0.3, 0.2, 0.05, 0.03, 0.02]
+    passes = sum(homogeneity_test(draws(p, 2000, s), draws(p, 2000, s + 100)).passed for s in range(20))
+    assert passes >= 17                          # level 0.01: about 1 in 100 false alarms
+    biased = [0.5, 0.25, 0.15, 0.05, 0.03, 0.02]
+    assert not homogeneity_test(draws(p, 2000, 1), draws(biased, 2000, 2)).passed
+
+
+def test_rare_outcomes_are_pooled_not_dropped():
+    a = Counter({("x",): 50, ("y",): 50, **{(f"r{i}",): 1 for i in range(30)}})
+    b = Counter({("x",): 52, ("y",): 48, **{(f"s{i}",): 1 for i in range(30)}})
+    r = homogeneity_test(a, b)
+    assert r.cells == 3 and r.passed
+
+
+AUDIT = ["audit", "--method", "draft", "--samples", "60", "--tokens", "3", "--dtype", "fp32", "--k", "3"]
+
+
+def test_audit_passes_on_the_real_model(capsys, truncated_draft_dir):
+    code = main(AUDIT + ["--draft", str(truncated_draft_dir)])
+    out = capsys.readouterr().out
+    assert code == 0 and "PASS" in out and "p-value" in out
+
+
+def test_audit_fails_a_planted_bias(capsys, truncated_draft_dir, monkeypatch):
+    honest = verispec.engine.verify_chain
+
+    def argmax_when_drafting(p, q, draft, u_accept, u_final, num_draft=None):
+        if draft.shape[1] == 0:                    # plain decoding's steps stay honest
+            return honest(p, q, draft, u_accept, u_final, num_draft)
+        n = torch.zeros(p.shape[0], dtype=torch.long)
+        return n, p[:, 0].argmax(-1)               # greedy in disguise: wrong at temperature 1
+    monkeypatch.setattr(verispec.engine, "verify_chain", argmax_when_drafting)
+    code = main(AUDIT + ["--draft", str(truncated_draft_dir)])
+    out = capsys.readouterr().out
+    assert code == 1 and "FAIL" in out
+
+
+def test_audit_refuses_to_pass_when_nothing_was_drafted(capsys, tiny_dir):
+    code = main(["audit", "--model", str(tiny_dir), "--method", "ngram", "--samples", "10", "--tokens", "1"])
+    assert code == 2 and "drafted nothing" in capsys.readouterr().err

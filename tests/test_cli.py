@@ -1,0 +1,145 @@
+"""The command line: bad input gets one line on stderr and exit status 2; good input works end to end."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import write_model_folder
+from verispec.cli import main
+from verispec.model.llama import LlamaConfig
+
+
+def fails_cleanly(capsys, argv, needle):
+    code = main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("verispec: error:"), err
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def other_vocab_dir(tmp_path_factory):
+    cfg = LlamaConfig(vocab_size=1000, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+                      num_kv_heads=1, max_position=256)
+    return write_model_folder(tmp_path_factory.mktemp("othervocab"), cfg, None)
+
+
+@pytest.fixture(scope="module")
+def corrupt_files(tmp_path_factory, tiny_dir):
+    root = tmp_path_factory.mktemp("corrupt")
+    gguf = root / "bad.gguf"
+    gguf.write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00garbage" * 10)
+    folder = root / "badfolder"
+    folder.mkdir()
+    (folder / "config.json").write_text((tiny_dir / "config.json").read_text())
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file")
+    badcfg = root / "badcfg"
+    badcfg.mkdir()
+    (badcfg / "config.json").write_text("{not json")
+    (badcfg / "model.safetensors").write_bytes((tiny_dir / "model.safetensors").read_bytes())
+    prompts_bad = root / "bad.jsonl"
+    prompts_bad.write_text('{"prompt": "ok"}\n{"prompt": \n')
+    prompts_nofield = root / "nofield.jsonl"
+    prompts_nofield.write_text('{"text": "hello"}\n')
+    return {"gguf": gguf, "folder": folder, "badcfg": badcfg, "bad_jsonl": prompts_bad, "nofield": prompts_nofield,
+            "dir": root}
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--k", "0"], "k must be >= 1"),
+    (["--k", "-3"], "k must be >= 1"),
+    (["--temperature", "-0.5"], "temperature must be >= 0"),
+    (["--top-p", "0"], "top-p must be in (0, 1]"),
+    (["--top-p", "1.5"], "top-p must be in (0, 1]"),
+    (["--top-k", "-1"], "top-k must be >= 0"),
+    (["--max-new-tokens", "0"], "max-new-tokens must be >= 1"),
+    (["--dtype", "fp64"], "invalid choice"),
+    (["--k", "two"], "invalid int value"),
+])
+def test_bad_decoding_flags(capsys, tiny_dir, flags, needle):
+    fails_cleanly(capsys, ["generate", "hello", "--model", str(tiny_dir), *flags], needle)
+
+
+def test_empty_prompt(capsys, tiny_dir):
+    fails_cleanly(capsys, ["generate", "   ", "--model", str(tiny_dir)], "prompt is empty")
+
+
+def test_k_larger_than_context(capsys, tiny_dir):
+    fails_cleanly(capsys, ["generate", "hello", "--model", str(tiny_dir), "--k", "400"], "too large")
+
+
+def test_prompt_plus_new_tokens_beyond_context(capsys, tiny_dir):
+    fails_cleanly(capsys, ["generate", "hello", "--model", str(tiny_dir), "--max-new-tokens", "600"],
+                  "exceeds the model's context")
+
+
+def test_draft_with_other_vocabulary(capsys, tiny_dir, other_vocab_dir):
+    fails_cleanly(capsys, ["generate", "hello", "--model", str(tiny_dir), "--method", "draft",
+                           "--draft", str(other_vocab_dir)], "vocabulary")
+
+
+def test_draft_method_without_draft(capsys, tiny_dir):
+    fails_cleanly(capsys, ["generate", "hello", "--model", str(tiny_dir), "--method", "draft"], "--draft")
+
+
+def test_unknown_method(capsys, tiny_dir):
+    fails_cleanly(capsys, ["generate", "hello", "--model", str(tiny_dir), "--method", "magic"], "unknown method")
+
+
+@pytest.mark.parametrize("which,needle", [("gguf", "cannot read GGUF"), ("folder", "cannot load weights"),
+                                          ("badcfg", "bad config.json"), ("dir", "not a model folder")])
+def test_corrupt_model_files(capsys, corrupt_files, which, needle):
+    fails_cleanly(capsys, ["generate", "hello", "--model", str(corrupt_files[which])], needle)
+
+
+def test_missing_model(capsys, tmp_path):
+    fails_cleanly(capsys, ["generate", "hello", "--model", str(tmp_path / "nope.gguf")], "model not found")
+
+
+@pytest.mark.parametrize("which,needle", [("missing", "cannot read prompts file"),
+                                          ("dir", "cannot read prompts file"),
+                                          ("bad_jsonl", "bad.jsonl:2: malformed"),
+                                          ("nofield", "missing 'prompt' field")])
+def test_bad_prompts_file(capsys, tiny_dir, corrupt_files, which, needle):
+    path = corrupt_files["dir"] / "absent.jsonl" if which == "missing" else corrupt_files[which]
+    fails_cleanly(capsys, ["bench", "--prompts", str(path), "--model", str(tiny_dir)], needle)
+
+
+def test_generate_json(capsys, tiny_dir):
+    assert main(["generate", "hello", "--model", str(tiny_dir), "--max-new-tokens", "6", "--json",
+                 "--method", "ngram", "--dtype", "fp32"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"text", "token_ids", "stats"} and len(out["token_ids"]) <= 6
+    assert set(out["stats"]) >= {"target_passes", "drafted_tokens", "accepted_tokens", "acceptance_rate",
+                                 "mean_accepted_tokens", "tokens_per_s"}
+
+
+def test_generate_streams_text_then_statistics(capsys, tiny_dir):
+    assert main(["generate", "hello", "--model", str(tiny_dir), "--max-new-tokens", "5", "--no-chat"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() and "MAT" in captured.err and "alpha" in captured.err
+
+
+def test_bench_writes_json(tmp_path, tiny_dir):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": f"Repeat: a b c {i}", "category": c})
+                                 for i, c in enumerate(["x", "y", "x"])))
+    out = tmp_path / "r.json"
+    assert main(["bench", "--prompts", str(prompts), "--model", str(tiny_dir), "--methods", "plain,ngram",
+                 "--max-new-tokens", "6", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert {(r["method"], r["category"]) for r in rows} == {(m, c) for m in ("plain", "ngram")
+                                                            for c in ("all", "x", "y")}
+    for r in rows:
+        assert set(r) >= {"method", "category", "tokens_per_s", "speedup_vs_plain", "mean_accepted_tokens",
+                          "acceptance_rate", "greedy_match_rate"}
+        assert r["greedy_match_rate"] == 1.0
+
+
+def test_python_dash_m_works(tiny_dir):
+    r = subprocess.run([sys.executable, "-m", "verispec", "generate", "", "--model", str(tiny_dir)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip() == "verispec: error: the prompt is empty"

@@ -1,0 +1,109 @@
+"""The decoding loop on the real model (fp32): greedy equality for every method, seeding, stop handling."""
+import pytest
+
+from verispec.engine import Engine, GenerationConfig
+from verispec.model import loader
+from verispec.proposers.draft_model import DraftModelProposer
+from verispec.proposers.ngram import NgramProposer
+from verispec.sampling import SamplingConfig
+
+PROMPTS = [
+    "Summarize in one sentence: The city council met on Tuesday to discuss the new park. Residents asked for "
+    "more trees and benches, and the council agreed to plant fifty trees next spring.",
+    "Rewrite this sentence in the passive voice: The cat chased the mouse around the kitchen.",
+    "Write a Python function that returns the squares of a list of numbers.",
+    "Fix the bug in this code:\n\ndef add(a, b):\n    return a - b",
+    "What are the names of some famous actors that started their careers on Broadway?",
+    "Explain why the sky is blue in two sentences.",
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?",
+    "A train travels 60 miles per hour for 3 hours. How far does it go?",
+    "List three uses of a paperclip.",
+    "Translate to French: Good morning, how are you today?",
+]
+MAX_NEW = 32
+
+
+@pytest.fixture(scope="module")
+def plain_outputs(target_fp32):
+    model, tok = target_fp32
+    engine = Engine(model)
+    cfg = GenerationConfig(max_new_tokens=MAX_NEW, stop_token_ids=tok.stop_token_ids)
+    return [engine.generate(tok.prompt_ids(p), cfg).token_ids for p in PROMPTS]
+
+
+def check_greedy_equal(model, tok, proposer, plain_outputs, k):
+    engine = Engine(model, proposer)
+    cfg = GenerationConfig(max_new_tokens=MAX_NEW, k=k, stop_token_ids=tok.stop_token_ids)
+    drafted = accepted = 0
+    for prompt, expected in zip(PROMPTS, plain_outputs):
+        g = engine.generate(tok.prompt_ids(prompt), cfg)
+        assert g.token_ids == expected, prompt
+        drafted += g.stats.drafted_tokens
+        accepted += g.stats.accepted_tokens
+    return drafted, accepted
+
+
+def test_ngram_greedy_equals_plain(target_fp32, plain_outputs):
+    drafted, accepted = check_greedy_equal(*target_fp32, NgramProposer(), plain_outputs, k=4)
+    assert accepted > 0 and drafted > accepted          # both branches of the rule were exercised
+
+
+def test_draft_model_greedy_equals_plain(target_fp32, plain_outputs, truncated_draft_dir):
+    draft, _, _ = loader.load(truncated_draft_dir, "fp32")
+    drafted, accepted = check_greedy_equal(*target_fp32, DraftModelProposer(draft), plain_outputs, k=3)
+    assert accepted > 0 and drafted > accepted
+
+
+def test_self_draft_accepts_everything_and_earns_bonus_tokens(target_fp32, plain_outputs):
+    model, tok = target_fp32
+    drafted, accepted = check_greedy_equal(model, tok, DraftModelProposer(model), plain_outputs[:3], k=5)
+    assert accepted == drafted > 0
+
+
+def test_seeded_sampling_is_reproducible_and_seed_dependent(target_fp32, truncated_draft_dir):
+    model, tok = target_fp32
+    draft, _, _ = loader.load(truncated_draft_dir, "fp32")
+    engine = Engine(model, DraftModelProposer(draft))
+    ids = tok.prompt_ids(PROMPTS[5])
+    run = lambda seed: engine.generate(ids, GenerationConfig(  # noqa: E731
+        max_new_tokens=24, seed=seed, sampling=SamplingConfig(temperature=1.0, top_p=0.95))).token_ids
+    first = run(1)
+    assert run(1) == first
+    assert any(run(s) != first for s in (2, 3, 4))
+
+
+def test_stop_token_ends_generation_and_is_not_emitted(target_fp32):
+    model, tok = target_fp32
+    g = Engine(model, NgramProposer()).generate(tok.prompt_ids("Say hi."), GenerationConfig(
+        max_new_tokens=200, stop_token_ids=tok.stop_token_ids))
+    assert g.finish_reason == "stop" and not set(g.token_ids) & tok.stop_token_ids
+    assert len(g.token_ids) < 200
+
+
+def test_length_budget_is_exact_with_speculation(target_fp32):
+    model, tok = target_fp32
+    for budget in (1, 2, 5, 9):
+        g = Engine(model, DraftModelProposer(model)).generate(
+            tok.prompt_ids(PROMPTS[2]), GenerationConfig(max_new_tokens=budget, k=4))
+        assert len(g.token_ids) == budget and g.finish_reason == "length"
+
+
+def test_statistics_add_up(target_fp32):
+    model, tok = target_fp32
+    g = Engine(model, NgramProposer()).generate(tok.prompt_ids(PROMPTS[0]), GenerationConfig(max_new_tokens=40))
+    s = g.stats.to_dict()
+    assert s["new_tokens"] == len(g.token_ids) == 40
+    assert s["accepted_tokens"] == sum(i * c for i, c in enumerate(s["accepted_length_histogram"]))
+    assert abs(s["mean_accepted_tokens"] * (s["target_passes"] - 1) - (40 - 1)) < 1e-9
+    assert s["checked_tokens"] <= s["drafted_tokens"]
+    assert s["time_total_s"] >= s["time_draft_s"] + s["time_verify_s"]
+
+
+def test_prefix_reuse_gives_the_same_output(target_fp32):
+    model, tok = target_fp32
+    engine = Engine(model)
+    cfg = GenerationConfig(max_new_tokens=8, sampling=SamplingConfig(temperature=1.0), seed=3)
+    ids = tok.prompt_ids(PROMPTS[4])
+    fresh = engine.generate(ids, cfg).token_ids
+    assert engine.generate(ids, cfg, reuse_prefix=True).token_ids == fresh

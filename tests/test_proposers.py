@@ -1,0 +1,44 @@
+"""Proposers on their own: n-gram lookup and the draft model's cache resynchronisation."""
+import torch
+
+from verispec.model import loader
+from verispec.proposers.base import Proposer
+from verispec.proposers.draft_model import DraftModelProposer
+from verispec.proposers.ngram import NgramProposer, lookup
+from verispec.sampling import SamplingConfig
+
+
+def test_lookup_prefers_longest_suffix_then_latest_match():
+    ctx = [1, 2, 3, 9, 9, 2, 3, 7, 7, 1, 2, 3]
+    assert lookup(ctx, 2, max_ngram=3) == [9, 9]          # trigram 1 2 3 matched at the start
+    assert lookup([5, 2, 3, 8, 4, 2, 3], 3, max_ngram=2) == [8, 4, 2]
+    assert lookup([5, 6, 7, 5, 1, 5], 2, max_ngram=1) == [1, 5]  # latest earlier "5"
+    assert lookup([1, 2, 3, 4], 3) == []                   # nothing repeats
+    assert lookup([4], 3) == []
+
+
+def test_lookup_never_proposes_more_than_k():
+    ctx = list(range(10)) * 3
+    assert len(lookup(ctx, 4)) == 4
+
+
+def test_proposers_implement_the_protocol(target_fp32):
+    assert isinstance(NgramProposer(), Proposer)
+    assert isinstance(DraftModelProposer(target_fp32[0]), Proposer)
+
+
+def test_draft_resyncs_its_cache_after_divergence(tiny_dir):
+    model, _, _ = loader.load(tiny_dir, "fp32")
+    prop = DraftModelProposer(model)
+    prop.prepare(64)
+    g = torch.Generator().manual_seed(0)
+    cfg = SamplingConfig(0.0)
+    first = prop.propose([5, 6, 7, 8], 3, cfg, g)
+    assert len(first.tokens) == 3 and first.q.shape == (3, model.cfg.vocab_size)
+    # the target accepted one draft token, then emitted its own: the draft must forget the rest
+    ctx = [5, 6, 7, 8, first.tokens[0], 42]
+    resumed = prop.propose(ctx, 3, cfg, g)
+    fresh = DraftModelProposer(model)
+    fresh.prepare(64)
+    assert resumed.tokens == fresh.propose(ctx, 3, cfg, g).tokens
+    assert prop.seen == ctx + resumed.tokens[:2]

@@ -1,0 +1,124 @@
+"""`verispec audit`: test, on the real model, that speculative sampling is distributed as plain sampling.
+
+Both samplers generate the first M tokens of the same prompt N times each, with independent seeds. A chi-square
+test of homogeneity on a 2 x C table of outcome counts asks whether two samples come from one distribution; outcomes
+too rare for the chi-square approximation (expected count < 5) are pooled into one "other" cell. M + 1 such tests
+run: one on the joint law of the M-token sequences, and one on the token at each position 1..M (a stop counts as a
+token). At temperature 1 the joint law is spread thin, so the per-position tests carry most of the power. The
+verdict uses the Bonferroni-combined p-value, min(1, (M + 1) * smallest p).
+"""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import VerispecError
+
+SEED_OFFSET = 1_000_003  # speculative runs use seeds disjoint from the plain runs'
+
+
+@dataclass
+class AuditResult:
+    statistic: float
+    dof: int
+    p_value: float
+    cells: int
+    total_variation: float   # between the two empirical distributions (before pooling)
+    passed: bool
+
+
+def homogeneity_test(a: Counter, b: Counter, level: float = 0.01, min_expected: float = 5.0) -> AuditResult:
+    """Chi-square test that samples `a` and `b` (outcome -> count) share one distribution."""
+    from scipy.stats import chi2
+    na, nb = sum(a.values()), sum(b.values())
+    if na == 0 or nb == 0:
+        raise VerispecError("audit needs at least one sample per sampler")
+    keys = sorted(set(a) | set(b), key=lambda x: -(a[x] + b[x]))
+    tv = 0.5 * sum(abs(a[x] / na - b[x] / nb) for x in keys)
+    n = na + nb
+    rows, other = [], [0, 0]
+    for x in keys:
+        total = a[x] + b[x]
+        if total * min(na, nb) / n >= min_expected:
+            rows.append([a[x], b[x]])
+        else:
+            other[0] += a[x]
+            other[1] += b[x]
+    if sum(other):  # pooled rare outcomes: a cell of their own if large enough, else merged into the rarest cell
+        if sum(other) * min(na, nb) / n >= min_expected or not rows:
+            rows.append(other)
+        else:
+            rows[-1] = [rows[-1][0] + other[0], rows[-1][1] + other[1]]
+    table = np.array(rows, dtype=float)               # [cells, 2]
+    if len(table) < 2:  # every run gave the same outcome in both samplers: nothing to tell apart
+        return AuditResult(0.0, 0, 1.0, len(table), tv, True)
+    expected = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / n
+    statistic = float(((table - expected) ** 2 / expected).sum())
+    dof = len(table) - 1
+    p = float(chi2.sf(statistic, dof))
+    return AuditResult(statistic, dof, p, len(table), tv, p >= level)
+
+
+def sample_sequences(engine, prompt_ids, cfg, samples: int, seed0: int, progress) -> tuple[list[tuple], int, int]:
+    """`samples` runs of the first cfg.max_new_tokens tokens, each padded with "<stop>" if it stopped early.
+
+    Returns the sequences and the drafted and accepted token totals (to show the drafts were exercised).
+    """
+    from dataclasses import replace
+    out, drafted, accepted = [], 0, 0
+    for i in range(samples):
+        g = engine.generate(prompt_ids, replace(cfg, seed=seed0 + i), reuse_prefix=True)
+        out.append(tuple(g.token_ids) + ("<stop>",) * (cfg.max_new_tokens - len(g.token_ids)))
+        drafted += g.stats.drafted_tokens
+        accepted += g.stats.accepted_tokens
+        progress.update(1)
+    return out, drafted, accepted
+
+
+def audit_tests(a: list[tuple], b: list[tuple], level: float) -> tuple[list[tuple[str, AuditResult]], float]:
+    """The joint test and one test per position; returns them and the Bonferroni-combined p-value."""
+    tests = [("joint", homogeneity_test(Counter(a), Counter(b), level))]
+    for i in range(len(a[0])):
+        tests.append((f"token {i + 1}", homogeneity_test(Counter(s[i] for s in a), Counter(s[i] for s in b), level)))
+    combined = min(1.0, len(tests) * min(r.p_value for _, r in tests))
+    return tests, combined
+
+
+def cmd_audit(args) -> int:
+    from tqdm import tqdm
+
+    from .api import Target, make_proposer
+    from .cli import check_decoding_flags
+    from .engine import Engine, GenerationConfig
+    from .sampling import SamplingConfig
+    check_decoding_flags(args)
+    if args.samples < 10 or args.tokens < 1:
+        raise VerispecError("audit needs --samples >= 10 and --tokens >= 1")
+    if args.method == "plain":
+        raise VerispecError("audit compares a speculative method with plain sampling; pick ngram or draft")
+    target = Target.load(args.model, args.dtype, args.device)
+    plain = Engine(target.model)
+    spec = Engine(target.model, make_proposer(args.method, target, args.draft, args.ngram_max))
+    cfg = GenerationConfig(max_new_tokens=args.tokens, k=args.k, seed=args.seed,
+                           sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
+                           stop_token_ids=target.tokenizer.stop_token_ids)
+    ids = target.tokenizer.prompt_ids(args.prompt, not args.no_chat)
+    with tqdm(total=2 * args.samples, desc="audit", unit="sample", file=sys.stderr) as bar:
+        a, _, _ = sample_sequences(plain, ids, cfg, args.samples, args.seed, bar)
+        b, drafted, accepted = sample_sequences(spec, ids, cfg, args.samples, args.seed + SEED_OFFSET, bar)
+    if drafted == 0:
+        raise VerispecError(f"{args.method} drafted nothing on this prompt, so the audit cannot test it; "
+                            "try a prompt whose answer repeats its input, or more --tokens")
+    tests, combined = audit_tests(a, b, args.level)
+    passed = combined >= args.level
+    print(f"audit {args.method} vs plain: {args.samples} samples each of the first {args.tokens} tokens, "
+          f"T={args.temperature}, top-p={args.top_p}, top-k={args.top_k}, k={args.k}")
+    print(f"  {args.method} drafted {drafted} tokens and accepted {accepted} across its runs")
+    for name, r in tests:
+        print(f"  {name:<8} chi-square = {r.statistic:8.2f}  dof = {r.dof:3d}  p = {r.p_value:.4f}  "
+              f"(empirical TV {r.total_variation:.3f})")
+    print(f"combined p-value = {combined:.4f} -> {'PASS' if passed else 'FAIL'} (level {args.level})")
+    return 0 if passed else 1

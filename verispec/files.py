@@ -1,0 +1,47 @@
+"""Atomic writes: what a user made (weights, data, reports) is never left half-written."""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_dir(dest: Path):
+    """Yield a temporary folder beside `dest`; on success it replaces `dest` in one rename."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    tmp.chmod(0o755)
+    try:
+        yield tmp
+        if dest.exists():
+            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+            os.rename(dest, old)
+            os.rename(tmp, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_file(dest: Path, mode: str = "w"):
+    """Yield a file object for a temporary file beside `dest`; on success it is renamed over `dest`."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,126 @@
+"""Convert a llama-architecture GGUF file into a Hugging Face-style model folder, once.
+
+The folder holds `model.safetensors` (dequantized fp32, HF tensor names), `config.json`, `tokenizer.json` and
+`tokenizer_config.json` (with the chat template), so both verispec and `transformers` can load it.
+llama.cpp's converter permutes the rows of the Q and K projections into its interleaved rotary layout; we undo
+that here so the weights match the checkpoint the GGUF was made from (rotate-half RoPE).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import VerispecError
+from ..files import atomic_dir
+
+_LAYER_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+                "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+                "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+                "ffn_down": "mlp.down_proj"}
+_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+
+
+def unpermute_rotary(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Inverse of llama.cpp's Q/K row permutation. w: [n_head * head_dim, in] -> same shape, HF row order."""
+    rows = w.shape[0]
+    return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def hf_name(gguf_name: str) -> str:
+    parts = gguf_name.split(".")
+    if parts[0] == "blk" and parts[2] in _LAYER_NAMES:
+        return f"model.layers.{parts[1]}.{_LAYER_NAMES[parts[2]]}.{parts[-1]}"
+    if parts[0] in _TOP_NAMES:
+        return f"{_TOP_NAMES[parts[0]]}.{parts[-1]}"
+    raise VerispecError(f"unexpected tensor {gguf_name!r} in GGUF file")
+
+
+def _field(reader, key, default=None):
+    f = reader.fields.get(key)
+    return default if f is None else f.contents()
+
+
+def read_gguf(path: Path, announce: str | None = None):
+    """Return (hf_config dict, {hf_name: fp32 array}, tokenizer_json dict, tokenizer_config dict).
+
+    `announce` is printed to stderr once the file has proved readable, before the slow dequantization.
+    """
+    try:
+        import gguf
+        reader = gguf.GGUFReader(str(path))
+        tokens = _field(reader, "tokenizer.ggml.tokens")
+    except Exception as e:  # corrupt header, truncated file, not a GGUF at all
+        raise VerispecError(f"cannot read GGUF file {path}: {e}") from None
+    arch = _field(reader, "general.architecture")
+    if arch != "llama":
+        raise VerispecError(f"{path}: architecture {arch!r} is not supported (only 'llama')")
+    a = lambda key, default=None: _field(reader, f"llama.{key}", default)  # noqa: E731
+    n_head, n_kv = int(a("attention.head_count")), int(a("attention.head_count_kv", a("attention.head_count")))
+    if tokens is None:
+        raise VerispecError(f"{path}: no tokenizer inside the GGUF file")
+    if announce:
+        print(announce, file=sys.stderr)
+    names = {t.name for t in reader.tensors}
+    config = {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
+        "vocab_size": len(tokens), "hidden_size": int(a("embedding_length")),
+        "intermediate_size": int(a("feed_forward_length")), "num_hidden_layers": int(a("block_count")),
+        "num_attention_heads": n_head, "num_key_value_heads": n_kv,
+        "rope_theta": float(a("rope.freq_base", 10000.0)),
+        "rms_norm_eps": float(a("attention.layer_norm_rms_epsilon", 1e-5)),
+        "max_position_embeddings": int(a("context_length", 2048)),
+        "tie_word_embeddings": "output.weight" not in names,
+        "bos_token_id": int(_field(reader, "tokenizer.ggml.bos_token_id", 1)),
+        "eos_token_id": int(_field(reader, "tokenizer.ggml.eos_token_id", 2)),
+    }
+    tensors = {}
+    for t in reader.tensors:
+        w = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32, order="C", copy=True)
+        if t.name.endswith("attn_q.weight"):
+            w = unpermute_rotary(w, n_head)
+        elif t.name.endswith("attn_k.weight"):
+            w = unpermute_rotary(w, n_kv)
+        tensors[hf_name(t.name)] = w
+    tok_json, tok_cfg = _tokenizer(reader, tokens, config)
+    return config, tensors, tok_json, tok_cfg
+
+
+def _tokenizer(reader, tokens, config):
+    if _field(reader, "tokenizer.ggml.model") != "gpt2":
+        raise VerispecError("only byte-level BPE (gpt2-style) GGUF tokenizers are supported")
+    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers.models import BPE
+    merges = [tuple(m.split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges")]
+    tok = Tokenizer(BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False))
+    pre = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+    if _field(reader, "tokenizer.ggml.pre") in ("smollm", "starcoder", "refact"):  # llama.cpp splits every digit
+        pre.insert(0, pre_tokenizers.Digits(individual_digits=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(pre)
+    tok.decoder = decoders.ByteLevel()
+    types = _field(reader, "tokenizer.ggml.token_type")
+    from tokenizers import AddedToken
+    tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
+                            for i, ty in enumerate(types) if ty == 3])  # 3 = control token
+    tok_cfg = {"bos_token": tokens[config["bos_token_id"]], "eos_token": tokens[config["eos_token_id"]],
+               "chat_template": _field(reader, "tokenizer.chat_template"),
+               "add_bos_token": bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
+               "tokenizer_class": "PreTrainedTokenizerFast"}
+    return json.loads(tok.to_str()), tok_cfg
+
+
+def convert_gguf(path: Path, out_dir: Path) -> Path:
+    """Dequantize `path` into the model folder `out_dir`, atomically (a half-written folder never appears)."""
+    import torch
+    from safetensors.torch import save_file
+    config, tensors, tok_json, tok_cfg = read_gguf(
+        path, f"verispec: dequantizing {Path(path).name} into {out_dir} (once) ...")
+    with atomic_dir(out_dir) as tmp:
+        save_file({k: torch.from_numpy(v) for k, v in tensors.items()}, str(tmp / "model.safetensors"),
+                  metadata={"format": "pt", "source": Path(path).name})
+        (tmp / "config.json").write_text(json.dumps(config, indent=2))
+        (tmp / "tokenizer.json").write_text(json.dumps(tok_json, ensure_ascii=False))
+        (tmp / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2))
+    return out_dir

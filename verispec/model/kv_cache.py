@@ -1,0 +1,53 @@
+"""An explicit, preallocated key/value cache with a length, `truncate` (chains) and `compact` (trees).
+
+Slots `[0, length)` hold keys and values of tokens that are part of the sequence. A forward pass over n new tokens
+writes slots `[length, length + n)` and advances `length`. Rolling back a rejected draft is `truncate`: the stale
+slots beyond `length` are never read again before they are overwritten.
+"""
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    def __init__(self, num_layers: int, batch: int, num_kv_heads: int, capacity: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device | str = "cpu"):
+        shape = (num_layers, batch, num_kv_heads, capacity, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)  # [layers, batch, kv_heads, capacity, head_dim]
+        self.v = torch.zeros(shape, dtype=dtype, device=device)  # [layers, batch, kv_heads, capacity, head_dim]
+        self.capacity = capacity
+        self.length = 0
+
+    def write(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store n new keys/values at slots [length, length + n) of `layer`; return views of all valid slots.
+
+        k_new, v_new: [batch, kv_heads, n, head_dim]. Returns two [batch, kv_heads, length + n, head_dim] views.
+        `length` itself moves only in `advance`, once every layer has written.
+        """
+        end = self.length + k_new.shape[2]
+        if end > self.capacity:
+            raise ValueError(f"KV cache overflow: {end} slots needed, capacity {self.capacity}")
+        self.k[layer, :, :, self.length:end] = k_new
+        self.v[layer, :, :, self.length:end] = v_new
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+    def advance(self, n: int) -> None:
+        self.length += n
+
+    def truncate(self, length: int) -> None:
+        """Roll back to the first `length` slots (a rejected chain suffix is simply forgotten)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
+        self.length = length
+
+    def compact(self, start: int, keep: torch.Tensor) -> None:
+        """Keep, after the first `start` slots, only the slots `start + keep[i]`, moved into place; drop the rest.
+
+        Used after tree verification: `keep` ([n] ascending node indices) is the accepted root-to-node path.
+        """
+        n = int(keep.numel())
+        src = (start + keep).to(self.k.device)
+        if n and not torch.equal(src, torch.arange(start, start + n, device=src.device)):
+            self.k[:, :, :, start:start + n] = self.k.index_select(3, src)
+            self.v[:, :, :, start:start + n] = self.v.index_select(3, src)
+        self.length = start + n

@@ -1,0 +1,179 @@
+"""A compact Llama-family decoder (RMSNorm, RoPE, grouped-query attention, SwiGLU, tied embeddings).
+
+`forward` takes n new tokens at explicit positions with an optional explicit attention mask, and reads/writes an
+explicit `KVCache`. The same call serves prefill, single-token decoding, chain verification (n = k + 1) and tree
+verification (positions = depth, mask = ancestry), so no decoding strategy needs its own copy of the model.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .kv_cache import KVCache
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int = 49152
+    hidden_size: int = 576          # model width D
+    intermediate_size: int = 1536   # SwiGLU inner width
+    num_layers: int = 30
+    num_heads: int = 9              # query heads
+    num_kv_heads: int = 3           # key/value heads shared by num_heads // num_kv_heads query heads each
+    rope_theta: float = 100000.0
+    rms_eps: float = 1e-5
+    max_position: int = 8192        # context length
+    tie_embeddings: bool = True     # output head reuses the input embedding matrix
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError("hidden_size must divide by num_heads, and num_heads by num_kv_heads")
+
+    # Hugging Face `config.json` <-> LlamaConfig
+    _HF = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "intermediate_size": "intermediate_size",
+           "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+           "num_kv_heads": "num_key_value_heads", "rope_theta": "rope_theta", "rms_eps": "rms_norm_eps",
+           "max_position": "max_position_embeddings", "tie_embeddings": "tie_word_embeddings"}
+
+    @classmethod
+    def from_hf(cls, hf: dict) -> "LlamaConfig":
+        if hf.get("model_type", "llama") != "llama":
+            raise ValueError(f"unsupported model_type {hf.get('model_type')!r}: only Llama-family models")
+        rope = hf.get("rope_parameters") or {}
+        hf = {**hf, "rope_theta": hf.get("rope_theta", rope.get("rope_theta", 10000.0))}
+        if hf.get("num_key_value_heads") is None:
+            hf["num_key_value_heads"] = hf["num_attention_heads"]
+        known = {f.name for f in fields(cls)}
+        return cls(**{ours: type(getattr(cls, ours))(hf[theirs]) for ours, theirs in cls._HF.items()
+                      if ours in known and theirs in hf})
+
+    def to_hf(self) -> dict:
+        return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
+                "head_dim": self.head_dim, **{theirs: asdict(self)[ours] for ours, theirs in self._HF.items()}}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_hf(), indent=2)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.h, self.hkv, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.wqkv = nn.Linear(cfg.hidden_size, (self.h + 2 * self.hkv) * self.d, bias=False)  # fused q, k, v
+        self.wo = nn.Linear(self.h * self.d, cfg.hidden_size, bias=False)
+
+    def forward(self, x, cos, sin, cache: KVCache, layer: int, mask):
+        b, t, _ = x.shape                                       # x: [batch, n, D]
+        qkv = self.wqkv(x).view(b, t, self.h + 2 * self.hkv, self.d).transpose(1, 2)  # [batch, heads, n, d]
+        q, k, v = qkv.split((self.h, self.hkv, self.hkv), dim=1)
+        q = q * cos + rotate_half(q) * sin                      # cos, sin: [batch, 1, n, d]
+        k = k * cos + rotate_half(k) * sin
+        k_all, v_all = cache.write(layer, k, v)                 # [batch, kv_heads, S, d], S = length + n
+        y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=True)  # [batch, h, n, d]
+        return self.wo(y.transpose(1, 2).reshape(b, t, self.h * self.d))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.w13 = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)  # fused gate, up
+        self.w2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x):
+        gate, up = self.w13(x).chunk(2, dim=-1)
+        return self.w2(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.attn = Attention(cfg)
+        self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, cache, layer, mask):
+        x = x + self.attn(self.attn_norm(x), cos, sin, cache, layer, mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))  # distinct blocks, not [b] * n
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.weight             # one shared matrix
+        # RoPE frequencies stay float32 whatever the weights' dtype: a plain attribute, not a buffer.
+        self._inv_freq = (1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64, device="cpu")
+                                                   / cfg.head_dim)).float()
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.weight.dtype
+
+    def new_cache(self, capacity: int, batch: int = 1) -> KVCache:
+        c = self.cfg
+        return KVCache(c.num_layers, batch, c.num_kv_heads, capacity, c.head_dim, self.dtype, self.device)
+
+    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._inv_freq.device != positions.device:
+            self._inv_freq = self._inv_freq.to(positions.device)
+        angles = positions[..., None].float() * self._inv_freq  # [batch, n, d/2]
+        angles = torch.cat((angles, angles), dim=-1)[:, None]   # [batch, 1, n, d]
+        return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Run n new tokens through the model, appending their keys/values to `cache`.
+
+        tokens, positions: [batch, n] (positions are RoPE positions; for trees they are depths, not slots).
+        mask: [batch, n, cache.length + n] bool, True where a new token may attend; None means causal.
+        Returns the final-normed hidden states [batch, n, D]; `logits` turns them into [batch, n, vocab].
+        """
+        b, t = tokens.shape
+        if mask is None and t > 1:  # new token i sees every cached slot and new tokens 0..i
+            rows = torch.arange(t, device=tokens.device)[:, None] + cache.length
+            mask = torch.arange(cache.length + t, device=tokens.device)[None, :] <= rows  # [n, S]
+        if mask is not None:
+            mask = mask.view(-1, 1, t, cache.length + t)        # [batch or 1, 1, n, S]
+        cos, sin = self.rope(positions)
+        x = self.embed(tokens)                                  # [batch, n, D]
+        for i, block in enumerate(self.layers):
+            x = block(x, cos, sin, cache, i, mask)
+        cache.advance(t)
+        return self.norm(x)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., D] hidden states -> [..., vocab] float32 logits."""
+        return self.lm_head(hidden).float()

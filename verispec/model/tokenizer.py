@@ -1,0 +1,68 @@
+"""Tokenizer and chat template of a model folder (`tokenizer.json` + `tokenizer_config.json`)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import VerispecError
+
+
+class Tokenizer:
+    def __init__(self, folder: Path, eos_token_ids: list[int]):
+        from tokenizers import Tokenizer as HFTokenizer
+        try:
+            self._tok = HFTokenizer.from_file(str(Path(folder) / "tokenizer.json"))
+            cfg_path = Path(folder) / "tokenizer_config.json"
+            self.config = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
+        except Exception as e:
+            raise VerispecError(f"cannot load tokenizer from {folder}: {e}") from None
+        self.chat_template = self.config.get("chat_template")
+        stops = set(eos_token_ids)
+        for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>"):
+            if (i := self._tok.token_to_id(name)) is not None:
+                stops.add(i)
+        self.stop_token_ids = frozenset(stops)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def vocab(self) -> dict[str, int]:
+        return self._tok.get_vocab(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=True)
+
+    def chat_prompt(self, user_message: str) -> str:
+        """Render a single-turn conversation with the model's own chat template, ready for the reply."""
+        if not self.chat_template:
+            raise VerispecError("this model has no chat template; pass --no-chat")
+        import jinja2
+        env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+        template = env.from_string(self.chat_template)
+        return template.render(messages=[{"role": "user", "content": user_message}], add_generation_prompt=True,
+                               bos_token=self.config.get("bos_token", ""),
+                               eos_token=self.config.get("eos_token", ""))
+
+    def prompt_ids(self, prompt: str, chat: bool = True) -> list[int]:
+        if not prompt.strip():
+            raise VerispecError("the prompt is empty")
+        return self.encode(self.chat_prompt(prompt) if chat else prompt)
+
+
+class StreamDecoder:
+    """Turns a growing list of token ids into text increments, holding back incomplete UTF-8 sequences."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer, self.ids, self.emitted = tokenizer, [], 0
+
+    def push(self, ids: list[int]) -> str:
+        self.ids.extend(ids)
+        text = self.tokenizer.decode(self.ids)
+        if text.endswith("\ufffd"):
+            return ""
+        new, self.emitted = text[self.emitted:], len(text)
+        return new

@@ -1,0 +1,4 @@
+"""Proposers: one file per strategy, all behind `base.Proposer`."""
+from .base import Proposal, Proposer
+
+__all__ = ["Proposal", "Proposer"]

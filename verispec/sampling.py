@@ -1,0 +1,67 @@
+"""From logits to the distribution a token is drawn from, and the draw itself.
+
+`probs` applies temperature, top-k and top-p exactly as plain sampling does; the verifier uses the same function
+for the target (p) and the draft (q), so speculative output follows the very distribution plain decoding samples
+from. Temperature 0 means greedy: p is one-hot at the argmax, and the rejection rule then reduces to
+"accept while the draft equals the argmax".
+
+Draws take their randomness as tensors of uniforms, so every sampling function is pure and testable.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import VerispecError
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    temperature: float = 0.0   # 0 = greedy
+    top_k: int = 0             # keep the k most likely tokens; 0 = off
+    top_p: float = 1.0         # keep the smallest set of most likely tokens with mass >= top_p; 1 = off
+
+    def __post_init__(self):
+        if not self.temperature >= 0:
+            raise VerispecError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise VerispecError(f"top-p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise VerispecError(f"top-k must be >= 0, got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+def probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """[..., vocab] logits -> [..., vocab] float32 probabilities after temperature, top-k and top-p."""
+    logits = logits.float()
+    if cfg.greedy:
+        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    logits = logits / cfg.temperature
+    if cfg.top_k and cfg.top_k < logits.shape[-1]:
+        kth = logits.topk(cfg.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    p = logits.softmax(-1)
+    if cfg.top_p < 1:
+        sorted_p, order = p.sort(-1, descending=True)
+        mass_before = sorted_p.cumsum(-1) - sorted_p       # mass of strictly more likely tokens
+        drop = torch.empty_like(order, dtype=torch.bool).scatter_(-1, order, mass_before >= cfg.top_p)
+        p = p.masked_fill(drop, 0.0)                            # drop, mapped back from sorted to vocab order
+        p = p / p.sum(-1, keepdim=True)
+    return p
+
+
+def sample(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF draw. weights: [..., vocab] non-negative, need not sum to 1; u: [...] in [0, 1). -> [...] ids.
+
+    Token i is returned with probability weights[i] / sum(weights); zero-weight tokens are never returned.
+    """
+    cdf = weights.float().cumsum(-1)                            # [..., vocab]
+    target = (u.float() * cdf[..., -1]).unsqueeze(-1)            # [..., 1]
+    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    # rounding can put target at or past the last cumulative value: take the last token with weight instead
+    last_nonzero = weights.shape[-1] - 1 - (weights.flip(-1) > 0).float().argmax(-1)
+    return torch.minimum(idx, last_nonzero)

@@ -1,0 +1,90 @@
+"""The accept rule: modified rejection sampling over a chain of draft tokens.
+
+Speculative sampling (Leviathan et al., 2023; Chen et al., 2023). Vocabulary, used everywhere in verispec:
+- p: the target's distribution at a position, q: the draft's, both after temperature / top-k / top-p;
+- draft tokens: the k tokens the proposer guessed, x_1..x_k, x_i drawn from q_i;
+- accepted tokens: the leading draft tokens kept; x_i is kept with probability min(1, p_i(x_i) / q_i(x_i));
+- recovered token: at the first rejection, a token drawn from norm(max(0, p_i - q_i));
+- bonus token: when all k are accepted, a token drawn from p_{k+1}.
+Each cycle therefore emits accepted + 1 tokens, distributed exactly as k + 1 plain sampling steps.
+
+A proposer without probabilities (n-gram lookup) proposes deterministically: q is one-hot at its token, so it is
+accepted with probability p(x) and the residual is p with x removed. Greedy decoding is the special case where p
+is one-hot at the target's argmax.
+
+`verify_chain` is pure: all randomness comes in as uniforms. `verify_chain_reference` is the slow, literal twin
+the tests compare it with.
+"""
+from __future__ import annotations
+
+import torch
+
+from .sampling import sample
+
+
+def verify_chain(p: torch.Tensor, q: torch.Tensor | None, draft_tokens: torch.Tensor, u_accept: torch.Tensor,
+                 u_final: torch.Tensor, num_draft: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accept a prefix of each row's draft tokens and draw the recovered or bonus token.
+
+    p:            [batch, k+1, vocab] target probabilities at draft positions 1..k and the bonus position k+1
+    q:            [batch, k, vocab] draft probabilities, or None when the proposer is deterministic (one-hot q)
+    draft_tokens: [batch, k] int64
+    u_accept:     [batch, k] uniforms in [0, 1) for the accept tests
+    u_final:      [batch] uniforms for the recovered / bonus draw
+    num_draft:    [batch] real drafts per row (ragged batches pad up to k); None means k for every row
+    Returns (num_accepted [batch] int64, next_token [batch] int64): row b emits
+    draft_tokens[b, :num_accepted[b]] followed by next_token[b].
+    """
+    batch, k = draft_tokens.shape
+    rows = torch.arange(batch, device=p.device)
+    if num_draft is None:
+        num_draft = torch.full((batch,), k, dtype=torch.long, device=p.device)
+    if k == 0:
+        return torch.zeros(batch, dtype=torch.long, device=p.device), sample(p[:, 0], u_final)
+    p_draft = p[:, :k].gather(-1, draft_tokens[..., None])[..., 0]            # [batch, k]
+    q_draft = torch.ones_like(p_draft) if q is None else q.gather(-1, draft_tokens[..., None])[..., 0]
+    accept = u_accept < p_draft / q_draft                                     # prob. min(1, p/q)
+    accept &= torch.arange(k, device=p.device) < num_draft[:, None]
+    num_accepted = accept.long().cumprod(-1).sum(-1)                          # [batch] leading run of accepts
+
+    p_next = p[rows, num_accepted]                                            # [batch, vocab]
+    at = num_accepted.clamp(max=k - 1)                                        # rejected position (if any)
+    if q is None:
+        q_next = torch.zeros_like(p_next).scatter_(-1, draft_tokens[rows, at][:, None], 1.0)
+    else:
+        q_next = q[rows, at]
+    residual = (p_next - q_next).clamp_min(0)                                 # max(0, p - q), unnormalised
+    rejected = (num_accepted < num_draft)[:, None]
+    usable = residual.sum(-1, keepdim=True) > 0  # p == q to rounding: rejection had probability ~0, fall back to p
+    weights = torch.where(rejected & usable, residual, p_next)
+    return num_accepted, sample(weights, u_final)
+
+
+def verify_chain_reference(p, q, draft_tokens, u_accept, u_final, num_draft=None):
+    """Slow, literal version of `verify_chain`: one row, one position at a time."""
+    batch, k = draft_tokens.shape
+    num_accepted, next_tokens = [], []
+    for b in range(batch):
+        kb = k if num_draft is None else int(num_draft[b])
+        n = 0
+        while n < kb:
+            x = int(draft_tokens[b, n])
+            qx = 1.0 if q is None else float(q[b, n, x])
+            if float(u_accept[b, n]) < float(p[b, n, x]) / qx:  # accept x with probability min(1, p(x)/q(x))
+                n += 1
+            else:
+                break
+        if n < kb:  # recovered token from norm(max(0, p - q)) at the rejected position n
+            if q is None:
+                qn = torch.zeros_like(p[b, n])
+                qn[int(draft_tokens[b, n])] = 1.0
+            else:
+                qn = q[b, n]
+            weights = torch.clamp(p[b, n] - qn, min=0)
+            if float(weights.sum()) <= 0:
+                weights = p[b, n]
+        else:       # bonus token from p after the last draft position
+            weights = p[b, n]
+        num_accepted.append(n)
+        next_tokens.append(int(sample(weights, u_final[b])))
+    return torch.tensor(num_accepted), torch.tensor(next_tokens)
