@@ -39,13 +39,14 @@ def exact_joint(target_p, M):
     return out
 
 
-def simulate(target_p, draft_q, k, M, rule, seed, deterministic_draft=False):
+def simulate(target_p, draft_q, k, M, rule, seed, deterministic_draft=False, device="cpu"):
     """Run RUNS speculative generations in lockstep until each has M tokens; return [RUNS, M] tokens."""
     g = torch.Generator().manual_seed(seed)
-    rows = torch.arange(RUNS)
-    out = torch.full((RUNS, M + k + 1), -1, dtype=torch.long)
-    length = torch.zeros(RUNS, dtype=torch.long)
-    last = torch.full((RUNS,), START, dtype=torch.long)
+    rand = lambda *shape: torch.rand(*shape, generator=g).to(device)  # noqa: E731
+    rows = torch.arange(RUNS, device=device)
+    out = torch.full((RUNS, M + k + 1), -1, dtype=torch.long, device=device)
+    length = torch.zeros(RUNS, dtype=torch.long, device=device)
+    last = torch.full((RUNS,), START, dtype=torch.long, device=device)
     while (length < M).any():
         drafts, qs, prev = [], [], last
         for _ in range(k):
@@ -53,15 +54,15 @@ def simulate(target_p, draft_q, k, M, rule, seed, deterministic_draft=False):
                 x = draft_q[prev].argmax(-1)
             else:
                 qs.append(draft_q[prev])                                   # [RUNS, V]
-                x = sample(qs[-1], torch.rand(RUNS, generator=g))
+                x = sample(qs[-1], rand(RUNS))
             drafts.append(x)
             prev = x
         draft = torch.stack(drafts, 1)                                     # [RUNS, k]
         contexts = torch.cat([last[:, None], draft], 1)                    # previous token of each position
         p = target_p[contexts]                                             # [RUNS, k+1, V]
         q = None if deterministic_draft else torch.stack(qs, 1)            # [RUNS, k, V]
-        n, nxt = rule(p, q, draft, torch.rand(RUNS, k, generator=g), torch.rand(RUNS, generator=g))
-        emitted = torch.cat([draft, torch.zeros(RUNS, 1, dtype=torch.long)], 1)
+        n, nxt = rule(p, q, draft, rand(RUNS, k), rand(RUNS))
+        emitted = torch.cat([draft, torch.zeros(RUNS, 1, dtype=torch.long, device=device)], 1)
         emitted[rows, n] = nxt                                             # accepted drafts, then next token
         for j in range(k + 1):
             take = (j <= n) & (length + j < out.shape[1]) & (length < M)
@@ -129,20 +130,20 @@ def argmax_verifier(p, q, draft, u_accept, u_final):
     """Planted bias: accept a draft token only if it is the target's argmax; else sample from p."""
     match = draft == p[:, :-1].argmax(-1)
     n = match.long().cumprod(-1).sum(-1)
-    rows = torch.arange(len(n))
+    rows = torch.arange(len(n), device=n.device)
     return n, sample(p[rows, n], u_final)
 
 
 def residual_free_verifier(p, q, draft, u_accept, u_final):
     """Planted bias: the right accept test, but on rejection sample from p instead of norm(max(0, p - q))."""
     n, _ = verify_chain(p, q, draft, u_accept, u_final)
-    return n, sample(p[torch.arange(len(n)), n], u_final)
+    return n, sample(p[torch.arange(len(n), device=n.device), n], u_final)
 
 
 def stale_bonus_verifier(p, q, draft, u_accept, u_final):
     """Planted bias: correct except that the bonus token is drawn from the last draft position's p."""
     n, next_token = verify_chain(p, q, draft, u_accept, u_final)
-    k, rows = draft.shape[1], torch.arange(len(n))
+    k, rows = draft.shape[1], torch.arange(len(n), device=n.device)
     return n, torch.where(n == k, sample(p[rows, k - 1], u_final), next_token)
 
 

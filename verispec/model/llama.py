@@ -73,9 +73,8 @@ class RMSNorm(nn.Module):
         return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+ROWWISE = "rowwise"     # mask sentinel: causal, computed one query row at a time (see Llama.forward)
+ROWWISE_MAX_TOKENS = 32
 
 
 class Attention(nn.Module):
@@ -88,12 +87,19 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, cache: KVCache, layer: int, mask):
         b, t, _ = x.shape                                       # x: [batch, n, D]
         qkv = self.wqkv(x).view(b, t, self.h + 2 * self.hkv, self.d).transpose(1, 2)  # [batch, heads, n, d]
-        q, k, v = qkv.split((self.h, self.hkv, self.hkv), dim=1)
-        q = q * cos + rotate_half(q) * sin                      # cos, sin: [batch, 1, n, d]
-        k = k * cos + rotate_half(k) * sin
+        qk, v = qkv.split((self.h + self.hkv, self.hkv), dim=1)
+        # rotate-half RoPE on q and k at once: rotate_half(x) * sin == roll(x, d/2) * sin_signed
+        qk = qk * cos + qk.roll(self.d // 2, dims=-1) * sin      # cos, sin: [batch, 1, n, d]
+        q, k = qk.split((self.h, self.hkv), dim=1)
         k_all, v_all = cache.write(layer, k, v)                 # [batch, kv_heads, S, d], S = length + n
-        y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=True)  # [batch, h, n, d]
-        return self.wo(y.transpose(1, 2).reshape(b, t, self.h * self.d))
+        if isinstance(mask, str):  # ROWWISE: row i sees exactly slots [0, S - n + i], as when decoded alone
+            first = k_all.shape[2] - t
+            y = torch.cat([F.scaled_dot_product_attention(q[:, :, i:i + 1], k_all[:, :, :first + i + 1],
+                                                          v_all[:, :, :first + i + 1], enable_gqa=True)
+                           for i in range(t)], dim=2)
+        else:
+            y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=True)
+        return self.wo(y.transpose(1, 2).reshape(b, t, self.h * self.d))         # y: [batch, h, n, d]
 
 
 class MLP(nn.Module):
@@ -150,8 +156,10 @@ class Llama(nn.Module):
         if self._inv_freq.device != positions.device:
             self._inv_freq = self._inv_freq.to(positions.device)
         angles = positions[..., None].float() * self._inv_freq  # [batch, n, d/2]
-        angles = torch.cat((angles, angles), dim=-1)[:, None]   # [batch, 1, n, d]
-        return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+        cos, sin = angles.cos(), angles.sin()
+        # sin carries rotate_half's sign: the first half multiplies -x2, the second x1
+        return (torch.cat((cos, cos), -1)[:, None].to(self.dtype),          # [batch, 1, n, d]
+                torch.cat((-sin, sin), -1)[:, None].to(self.dtype))
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -160,12 +168,18 @@ class Llama(nn.Module):
         tokens, positions: [batch, n] (positions are RoPE positions; for trees they are depths, not slots).
         mask: [batch, n, cache.length + n] bool, True where a new token may attend; None means causal.
         Returns the final-normed hidden states [batch, n, D]; `logits` turns them into [batch, n, vocab].
+
+        A causal block of up to ROWWISE_MAX_TOKENS tokens (a verified chain) is attended one row at a time, so
+        each row's arithmetic is exactly that of decoding the token alone: speculative and plain decoding then
+        produce bitwise-equal logits, in bf16 as in fp32 (the matrix products are row-invariant too).
         """
         b, t = tokens.shape
-        if mask is None and t > 1:  # new token i sees every cached slot and new tokens 0..i
+        if mask is None and 1 < t <= ROWWISE_MAX_TOKENS:
+            mask = ROWWISE
+        elif mask is None and t > 1:  # new token i sees every cached slot and new tokens 0..i
             rows = torch.arange(t, device=tokens.device)[:, None] + cache.length
             mask = torch.arange(cache.length + t, device=tokens.device)[None, :] <= rows  # [n, S]
-        if mask is not None:
+        if isinstance(mask, torch.Tensor):
             mask = mask.view(-1, 1, t, cache.length + t)        # [batch or 1, 1, n, S]
         cos, sin = self.rope(positions)
         x = self.embed(tokens)                                  # [batch, n, D]
