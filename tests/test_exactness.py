@@ -114,6 +114,19 @@ def test_speculative_sampling_matches_target_distribution(k, temperature, top_p,
     assert gof_pvalue(samples, exact_joint(p, k + 1)) > 1e-3
 
 
+def test_reduced_vocabulary_draft_stays_exact():
+    """A draft whose head omits tokens (q = 0 there) never proposes them; the residual must supply them."""
+    cfg = SamplingConfig(temperature=1.0)
+    target_logits, draft_logits = tables(seed=5)
+    p = probs(target_logits, cfg)
+    missing = int(p.mean(0).argmax())                       # the target's favourite token overall...
+    draft_logits[:, missing] = float("-inf")                # ...is outside the draft's head
+    q = probs(draft_logits, cfg)
+    assert (q[:, missing] == 0).all() and p[:, missing].mean() > 0.25
+    samples = simulate(p, q, 4, 5, verify_chain, seed=11)
+    assert gof_pvalue(samples, exact_joint(p, 5)) > 1e-3
+
+
 def test_greedy_is_the_argmax_path():
     target_logits, draft_logits = tables(seed=3)
     cfg = SamplingConfig(0.0)

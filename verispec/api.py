@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -20,6 +21,7 @@ from .proposers.base import Proposer
 from .sampling import SamplingConfig
 
 METHODS = ("plain", "ngram", "draft")
+DEFAULT_DRAFT = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-draft"
 
 
 def pick_device(device: str | None) -> str:
@@ -36,13 +38,24 @@ class Target:
     tokenizer: Tokenizer
     folder: str
     dtype: str
+    is_default: bool = False      # the embedded default model (which has a shipped default draft)
 
     @classmethod
     def load(cls, model: str | None = None, dtype: str = "bf16", device: str | None = None) -> "Target":
         m, tok, folder = loader.load(model, dtype, pick_device(device))
         if tok.vocab_size > m.cfg.vocab_size:
             raise VerispecError(f"tokenizer has {tok.vocab_size} tokens but the model only {m.cfg.vocab_size}")
-        return cls(m, tok, str(folder), dtype)
+        return cls(m, tok, str(folder), dtype, model in (None, "default"))
+
+
+def default_draft(target: Target) -> str:
+    """The shipped distilled draft, for the default target only."""
+    if not target.is_default:
+        raise VerispecError("--method draft needs --draft PATH for this model (a Llama-family model sharing its "
+                            "tokenizer); the shipped draft only fits the default SmolLM2-135M-Instruct")
+    if not (DEFAULT_DRAFT / "config.json").exists():
+        raise VerispecError(f"the shipped draft is missing from {DEFAULT_DRAFT}; pass --draft PATH")
+    return str(DEFAULT_DRAFT)
 
 
 def make_proposer(method: str, target: Target, draft: str | None = None, ngram_max: int = 3,
@@ -55,9 +68,7 @@ def make_proposer(method: str, target: Target, draft: str | None = None, ngram_m
         return NgramProposer(ngram_max, ngram_min)
     if method == "draft":
         from .proposers.draft_model import DraftModelProposer
-        if draft is None:
-            raise VerispecError("--method draft needs --draft PATH (a Llama-family model sharing the tokenizer)")
-        model, tok, _ = loader.load(draft, target.dtype, target.model.device, need_tokenizer=False)
+        model, tok, _ = loader.load(draft or default_draft(target), target.dtype, target.model.device, need_tokenizer=False)
         check_same_vocab(target, model, tok)
         return DraftModelProposer(model)
     raise VerispecError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")

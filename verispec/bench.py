@@ -63,19 +63,22 @@ def summarise(runs: list[dict], method: str, category: str, greedy: bool) -> dic
     }
 
 
-def run_bench(target: Target, engines: dict[str, Engine], prompts, cfg: GenerationConfig, chat: bool,
-              extra_runner=None, progress: bool = True) -> tuple[list[dict], list[dict]]:
+def run_bench(target: Target, engines: dict[str, tuple[Engine, int]], prompts, cfg: GenerationConfig,
+              chat: bool, extra_runner=None, progress: bool = True) -> tuple[list[dict], list[dict]]:
+    """engines: label -> (engine, k). Every engine runs every prompt, one after the other."""
+    from dataclasses import replace
+
     from tqdm import tqdm
     tok = target.tokenizer
     warm = tok.prompt_ids("Hello!", chat)
-    for engine in engines.values():  # first calls pay one-off set-up costs; keep them out of the figures
-        engine.generate(warm, GenerationConfig(max_new_tokens=4, k=cfg.k, sampling=cfg.sampling))
+    for engine, k in engines.values():  # first calls pay one-off set-up costs; keep them out of the figures
+        engine.generate(warm, GenerationConfig(max_new_tokens=4, k=k, sampling=cfg.sampling))
     runs = []
     for p in tqdm(prompts, desc="bench", unit="prompt", file=sys.stderr, disable=not progress):
         ids = tok.prompt_ids(p.prompt, chat)
         row = {"_id": p.id, "_category": p.category}
-        for name, engine in engines.items():
-            g = engine.generate(ids, cfg)
+        for name, (engine, k) in engines.items():
+            g = engine.generate(ids, replace(cfg, k=k))
             s = g.stats.to_dict()
             s.update(_tokens=g.token_ids, _accepted_by_position=g.stats.accepted_by_position,
                      _checked_by_position=g.stats.checked_by_position)
@@ -87,7 +90,10 @@ def run_bench(target: Target, engines: dict[str, Engine], prompts, cfg: Generati
     results = []
     for category in ["all"] + sorted({r["_category"] for r in runs}):
         subset = [r for r in runs if category == "all" or r["_category"] == category]
-        results += [summarise(subset, m, category, cfg.sampling.greedy) for m in methods]
+        for m in methods:
+            row = summarise(subset, m, category, cfg.sampling.greedy)
+            row["k"] = engines[m][1] if m in engines and m != "plain" else None
+            results.append(row)
     return results, runs
 
 
@@ -105,19 +111,35 @@ def format_table(results: list[dict]) -> str:
 def environment(args) -> dict:
     return {"torch": torch.__version__, "threads": torch.get_num_threads(), "python": platform.python_version(),
             "machine": platform.machine(), "processor": platform.processor(), "dtype": args.dtype,
-            "device": args.device, "k": args.k, "temperature": args.temperature, "top_p": args.top_p,
+            "device": args.device, "k": getattr(args, "ks", args.k), "temperature": args.temperature, "top_p": args.top_p,
             "top_k": args.top_k, "max_new_tokens": args.max_new_tokens, "seed": args.seed}
+
+
+def parse_ks(text: str) -> list[int]:
+    try:
+        ks = [int(k) for k in str(text).split(",") if k.strip()]
+    except ValueError:
+        raise VerispecError(f"--k takes an integer or a comma-separated list, got {text!r}") from None
+    if not ks or min(ks) < 1:
+        raise VerispecError(f"k must be >= 1, got {text}")
+    return ks
 
 
 def cmd_bench(args) -> int:
     from .cli import check_decoding_flags
+    ks = parse_ks(args.k)
+    args.k, args.ks = ks[0], ks
     check_decoding_flags(args)
     methods = ["plain"] + [m for m in dict.fromkeys(args.methods.split(",")) if m and m != "plain"]
     prompts = select(load_prompts(args.prompts), args.limit)
     target = Target.load(args.model, args.dtype, args.device)
     hf_methods = [m for m in methods if m.startswith("hf-")]
-    engines = {m: Engine(target.model, make_proposer(m, target, args.draft, args.ngram_max))
-               for m in methods if m not in hf_methods}
+    engines = {"plain": (Engine(target.model), 1)}
+    for m in methods[1:]:
+        if m not in hf_methods:
+            for k in ks:
+                label = m if len(ks) == 1 else f"{m}@k{k}"
+                engines[label] = (Engine(target.model, make_proposer(m, target, args.draft, args.ngram_max)), k)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, seed=args.seed,
                            sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
                            stop_token_ids=target.tokenizer.stop_token_ids)

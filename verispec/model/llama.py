@@ -28,6 +28,8 @@ class LlamaConfig:
     rms_eps: float = 1e-5
     max_position: int = 8192        # context length
     tie_embeddings: bool = True     # output head reuses the input embedding matrix
+    head_tokens: int = 0            # > 0: the output head covers only this many tokens (a reduced-vocabulary
+                                    # draft); every other token gets probability 0
 
     @property
     def head_dim(self) -> int:
@@ -36,12 +38,15 @@ class LlamaConfig:
     def __post_init__(self):
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
             raise ValueError("hidden_size must divide by num_heads, and num_heads by num_kv_heads")
+        if self.head_tokens and (self.tie_embeddings or self.head_tokens > self.vocab_size):
+            raise ValueError("a reduced output head needs untied embeddings and head_tokens <= vocab_size")
 
     # Hugging Face `config.json` <-> LlamaConfig
     _HF = {"vocab_size": "vocab_size", "hidden_size": "hidden_size", "intermediate_size": "intermediate_size",
            "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
            "num_kv_heads": "num_key_value_heads", "rope_theta": "rope_theta", "rms_eps": "rms_norm_eps",
-           "max_position": "max_position_embeddings", "tie_embeddings": "tie_word_embeddings"}
+           "max_position": "max_position_embeddings", "tie_embeddings": "tie_word_embeddings",
+           "head_tokens": "verispec_head_tokens"}
 
     @classmethod
     def from_hf(cls, hf: dict) -> "LlamaConfig":
@@ -91,6 +96,9 @@ class Attention(nn.Module):
         # rotate-half RoPE on q and k at once: rotate_half(x) * sin == roll(x, d/2) * sin_signed
         qk = qk * cos + qk.roll(self.d // 2, dims=-1) * sin      # cos, sin: [batch, 1, n, d]
         q, k = qk.split((self.h, self.hkv), dim=1)
+        if cache is None:                                       # training: attend within the block only
+            return self.wo(F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=True)
+                           .transpose(1, 2).reshape(b, t, self.h * self.d))
         k_all, v_all = cache.write(layer, k, v)                 # [batch, kv_heads, S, d], S = length + n
         if isinstance(mask, str):  # ROWWISE: row i sees exactly slots [0, S - n + i], as when decoded alone
             first = k_all.shape[2] - t
@@ -133,9 +141,11 @@ class Llama(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))  # distinct blocks, not [b] * n
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.head_tokens or cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight             # one shared matrix
+        if cfg.head_tokens:  # vocabulary ids of the head's rows
+            self.register_buffer("head_ids", torch.arange(cfg.head_tokens))
         # RoPE frequencies stay float32 whatever the weights' dtype: a plain attribute, not a buffer.
         self._inv_freq = (1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64, device="cpu")
                                                    / cfg.head_dim)).float()
@@ -161,7 +171,7 @@ class Llama(nn.Module):
         return (torch.cat((cos, cos), -1)[:, None].to(self.dtype),          # [batch, 1, n, d]
                 torch.cat((-sin, sin), -1)[:, None].to(self.dtype))
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache,
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
         """Run n new tokens through the model, appending their keys/values to `cache`.
 
@@ -169,12 +179,16 @@ class Llama(nn.Module):
         mask: [batch, n, cache.length + n] bool, True where a new token may attend; None means causal.
         Returns the final-normed hidden states [batch, n, D]; `logits` turns them into [batch, n, vocab].
 
+        cache=None (training): the n tokens are the whole sequence, attended causally, and nothing is stored.
         A causal block of up to ROWWISE_MAX_TOKENS tokens (a verified chain) is attended one row at a time, so
-        each row's arithmetic is exactly that of decoding the token alone: speculative and plain decoding then
-        produce bitwise-equal logits, in bf16 as in fp32 (the matrix products are row-invariant too).
+        each row's attention is exactly that of decoding the token alone. With row-invariant matrix products
+        (CPU bf16, prepacked) speculative and plain decoding then produce bitwise-equal logits; elsewhere they
+        differ only by the matrix products' rounding (~1e-5 relative in fp32).
         """
         b, t = tokens.shape
-        if mask is None and 1 < t <= ROWWISE_MAX_TOKENS:
+        if cache is None:
+            mask = None
+        elif mask is None and 1 < t <= ROWWISE_MAX_TOKENS:
             mask = ROWWISE
         elif mask is None and t > 1:  # new token i sees every cached slot and new tokens 0..i
             rows = torch.arange(t, device=tokens.device)[:, None] + cache.length
@@ -185,9 +199,18 @@ class Llama(nn.Module):
         x = self.embed(tokens)                                  # [batch, n, D]
         for i, block in enumerate(self.layers):
             x = block(x, cos, sin, cache, i, mask)
-        cache.advance(t)
+        if cache is not None:
+            cache.advance(t)
         return self.norm(x)
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """[..., D] hidden states -> [..., vocab] float32 logits."""
-        return self.lm_head(hidden).float()
+    def logits(self, hidden: torch.Tensor, full: bool = True) -> torch.Tensor:
+        """[..., D] hidden states -> [..., vocab] float32 logits.
+
+        With a reduced head, tokens outside it get -inf (probability 0); full=False returns the head's own
+        [..., head_tokens] logits instead (for training).
+        """
+        out = self.lm_head(hidden).float()
+        if not self.cfg.head_tokens or not full:
+            return out
+        wide = out.new_full((*out.shape[:-1], self.cfg.vocab_size), float("-inf"))
+        return wide.scatter_(-1, self.head_ids.expand(*out.shape[:-1], -1), out)

@@ -72,6 +72,8 @@ def fuse_hf_state(hf: dict[str, torch.Tensor], cfg: LlamaConfig) -> dict[str, to
     """Hugging Face Llama tensor names -> ours (q/k/v and gate/up fused into one matrix each)."""
     out = {"embed.weight": hf["model.embed_tokens.weight"], "norm.weight": hf["model.norm.weight"]}
     out["lm_head.weight"] = out["embed.weight"] if cfg.tie_embeddings else hf["lm_head.weight"]
+    if cfg.head_tokens:
+        out["head_ids"] = hf["lm_head.token_ids"]
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}."
         a, m = p + "self_attn.", p + "mlp."
@@ -90,6 +92,8 @@ def split_to_hf(model: Llama) -> dict[str, torch.Tensor]:
     hf = {"model.embed_tokens.weight": sd["embed.weight"], "model.norm.weight": sd["norm.weight"]}
     if not cfg.tie_embeddings:
         hf["lm_head.weight"] = sd["lm_head.weight"]
+    if cfg.head_tokens:
+        hf["lm_head.token_ids"] = sd["head_ids"]
     q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}."

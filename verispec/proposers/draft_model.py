@@ -41,6 +41,7 @@ class DraftModelProposer:
                 generator: torch.Generator) -> Proposal:
         feed = self._sync(context)
         device = self.model.device
+        head_ids = self.model.head_ids if self.model.cfg.head_tokens else None
         tokens, qs = [], []
         for _ in range(k):
             start = self.cache.length
@@ -48,9 +49,14 @@ class DraftModelProposer:
             pos = torch.arange(start, start + len(feed), device=device)[None]     # [1, n]
             hidden = self.model(x, pos, self.cache)                              # [1, n, D]
             self.seen.extend(feed)
-            q = probs(self.model.logits(hidden[0, -1]), sampling)                 # [vocab]
-            token = int(sample(q, torch.rand((), generator=generator).to(device)))
-            tokens.append(token)
+            q = probs(self.model.logits(hidden[0, -1], full=False), sampling)     # [head] (= [vocab] if full)
+            row = int(sample(q, torch.rand((), generator=generator).to(device)))
+            tokens.append(row if head_ids is None else int(head_ids[row]))
             qs.append(q)
-            feed = [token]
-        return Proposal(tokens, torch.stack(qs) if qs else None)
+            feed = [tokens[-1]]
+        if not qs:
+            return Proposal([])
+        q = torch.stack(qs)                                                       # [k, head]
+        if head_ids is not None:  # a reduced head: q is 0 outside it (the verifier's residual covers the rest)
+            q = q.new_zeros(len(qs), self.model.cfg.vocab_size).index_copy_(1, head_ids, q)
+        return Proposal(tokens, q)

@@ -1,0 +1,42 @@
+"""The cost model against hand-computed values, and the k chooser on synthetic profiles."""
+import pytest
+
+from verispec.theory import best_k, cost_ratio, expected_tokens, speedup, truncated_geometric
+
+
+@pytest.mark.parametrize("alpha,tokens,gain", [(0.75, 3.05, 2.18), (0.9, 4.10, 2.93), (0.5, 1.94, 1.38)])
+def test_textbook_values_k4_c01(alpha, tokens, gain):
+    assert expected_tokens(alpha, 4) == pytest.approx(tokens, abs=0.005)
+    assert speedup(alpha, 4, 0.1) == pytest.approx(gain, abs=0.005)
+
+
+def test_edge_cases():
+    assert expected_tokens(1.0, 4) == 5 and expected_tokens(0.0, 4) == 1
+    assert speedup(0.8, 0, 0.5) == 1.0
+    with pytest.raises(ValueError):
+        expected_tokens(1.5, 2)
+
+
+def test_measured_cost_curve_replaces_free_verification():
+    curve = {1: 1.0, 2: 1.1, 3: 1.2, 4: 1.3, 5: 1.5}
+    assert speedup(0.75, 4, 0.1, curve) == pytest.approx(3.05078125 / (0.4 + 1.5))
+    assert cost_ratio(curve, 7) == pytest.approx(1.5 + 2 * 0.125)        # linear past the measured end
+
+
+def test_k_chooser_returns_zero_when_drafting_is_too_dear():
+    assert best_k(0.6, c=0.7) == 0
+    assert best_k(0.0, c=0.0, curve={1: 1.0, 2: 1.05}) == 0
+
+
+@pytest.mark.parametrize("alpha,c", [(0.5, 0.02), (0.8, 0.05), (0.95, 0.01), (0.7, 0.2)])
+def test_k_chooser_is_the_argmax_of_the_formula(alpha, c):
+    curve = {n: 1 + 0.04 * (n - 1) for n in range(1, 18)}
+    k = best_k(alpha, c, curve, k_max=16)
+    assert all(speedup(alpha, k, c, curve) >= speedup(alpha, j, c, curve) for j in range(17))
+    assert k > 0
+
+
+def test_truncated_geometric_sums_to_one_and_matches_mean():
+    p = truncated_geometric(0.7, 5)
+    assert sum(p) == pytest.approx(1.0)
+    assert sum(n * q for n, q in enumerate(p)) + 1 == pytest.approx(expected_tokens(0.7, 5))

@@ -1,0 +1,135 @@
+"""Draft distillation: data generation, resumable data, training that learns, bitwise resume, the CLI."""
+import json
+
+import pytest
+import torch
+
+from verispec.cli import main
+from verispec.model import loader
+from verispec.model.llama import LlamaConfig
+from verispec.train.data import Example, collate, load_examples
+from verispec.train.draft import DraftShape, TrainConfig, evaluate, init_draft, make_optimizer, train_steps
+
+V = 96
+TINY_TARGET = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2,
+                          num_kv_heads=1, max_position=256)
+SHAPE = DraftShape(layers=1, hidden=16, heads=2, kv_heads=1, intermediate=32, head_tokens=64)
+
+
+def synthetic_examples(n, seed):
+    """Answers follow next = (3 * prev + 1) % 64 with probability 0.7; the soft targets say exactly that."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        prompt = torch.randint(0, V, (6,), generator=g).tolist()
+        answer, prev = [], prompt[-1] % 64
+        for _ in range(12):
+            nxt = (3 * prev + 1) % 64 if torch.rand((), generator=g) < 0.7 else int(torch.randint(0, 64, (),
+                                                                                              generator=g))
+            answer.append(nxt)
+            prev = nxt
+        ids, probs = [], []
+        for t in range(12):
+            before = prompt[-1] % 64 if t == 0 else answer[t - 1]
+            top = [(3 * before + 1) % 64] + [(before + d) % 64 for d in (5, 9, 13)]
+            ids.append(top)
+            probs.append([0.7, 0.1, 0.1, 0.1])
+        out.append(Example(f"s{i}", "synthetic", torch.tensor(prompt + answer), len(prompt),
+                           torch.tensor(ids), torch.tensor(probs)))
+    return out
+
+
+def setup(loss="kl", steps=60):
+    head_ids = torch.arange(64)
+    head_index = torch.full((V,), -1, dtype=torch.long)
+    head_index[head_ids] = torch.arange(64)
+    embed = torch.randn(V, TINY_TARGET.hidden_size, generator=torch.Generator().manual_seed(0))
+    model = init_draft(embed, SHAPE, head_ids, TINY_TARGET, seed=0)
+    cfg = TrainConfig(loss=loss, steps=steps, tokens_per_batch=256, lr=1e-2, warmup=5)
+    return model, make_optimizer(model, cfg), cfg, head_index
+
+
+@pytest.mark.parametrize("loss", ["kl", "tvd", "ce"])
+def test_training_reduces_loss_and_raises_alpha(loss):
+    train, held = synthetic_examples(64, 1), synthetic_examples(16, 2)
+    model, opt, cfg, head_index = setup(loss)
+    before = evaluate(model, held, head_index)
+    train_steps(model, opt, train, head_index, cfg, 0, cfg.steps)
+    after = evaluate(model, held, head_index)
+    assert after[loss] < before[loss] - 0.05
+    assert after["alpha"] > before["alpha"] + 0.2 and after["greedy"] > 0.6
+
+
+def test_resumed_training_equals_uninterrupted():
+    train = synthetic_examples(40, 3)
+    model_a, opt_a, cfg, head_index = setup(steps=16)
+    train_steps(model_a, opt_a, train, head_index, cfg, 0, 16)
+
+    model_b, opt_b, _, _ = setup(steps=16)
+    train_steps(model_b, opt_b, train, head_index, cfg, 0, 7)
+    saved = {"model": {k: v.clone() for k, v in model_b.state_dict().items()}, "opt": opt_b.state_dict()}
+    model_c, opt_c, _, _ = setup(steps=16)          # a new process: fresh objects, state from the checkpoint
+    model_c.load_state_dict(saved["model"])
+    opt_c.load_state_dict(saved["opt"])
+    train_steps(model_c, opt_c, train, head_index, cfg, 7, 16)
+    for (name, a), (_, c) in zip(model_a.state_dict().items(), model_c.state_dict().items()):
+        assert torch.equal(a, c), name
+
+
+def test_collate_aligns_soft_targets_with_answer_positions():
+    ex = synthetic_examples(1, 4)[0]
+    head_index = torch.arange(V).masked_fill(torch.arange(V) >= 64, -1)
+    tokens, targets, soft_ids, soft_probs = collate([ex], head_index)
+    first = ex.first
+    assert (targets[0, :first - 1] == -1).all() and targets[0, -1] == -1
+    assert targets[0, first - 1:-1].tolist() == ex.tokens[first:].tolist()
+    assert soft_ids[0, first - 1].tolist() == ex.topk_ids[0].tolist()
+
+
+def test_distill_data_resumes_and_refuses_other_parameters(tmp_path, tiny_dir, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": f"t{i}", "category": "c", "prompt": f"Say {i} things"})
+                                 for i in range(40)))
+    out = tmp_path / "data"
+    args = ["distill-data", "--prompts", str(prompts), "--out", str(out), "--model", str(tiny_dir),
+            "--batch", "8", "--max-new-tokens", "6", "--top-k-probs", "4", "--dtype", "fp32"]
+    assert main(args) == 0
+    shards = sorted(out.glob("shard-*.pt"))
+    assert shards and len(load_examples(out)) >= 30
+    first = shards[0].read_bytes()
+    shards[-1].unlink()                            # as if killed before the last shard
+    assert main(args) == 0
+    assert sorted(out.glob("shard-*.pt")) == shards and shards[0].read_bytes() == first
+    assert main(args[:-4] + ["--max-new-tokens", "7", "--top-k-probs", "4", "--dtype", "fp32"]) == 2
+    assert "other parameters" in capsys.readouterr().err
+
+
+def test_batched_greedy_answers_match_the_engine(target_fp32):
+    from verispec.engine import Engine, GenerationConfig
+    from verispec.train.batch_generate import sample_batch
+    model, tok = target_fp32
+    prompts = [tok.prompt_ids(p) for p in ("Name a colour.", "What is 7 times 8? Explain briefly.")]
+    batch = sample_batch(model, prompts, [0.0, 0.0], 12, tok.stop_token_ids, seed=0)
+    for ids, got in zip(prompts, batch):
+        expected = Engine(model).generate(ids, GenerationConfig(max_new_tokens=12, stop_token_ids=frozenset()))
+        assert got.answer[:8] == expected.token_ids[:8]
+        assert got.topk_ids.shape == (len(got.answer), 32)
+        probs = got.topk_probs.float()
+        assert (probs.sum(-1) <= 1.001).all() and (probs[:, :-1] >= probs[:, 1:]).all()
+        assert got.topk_ids[:, 0].tolist() == got.answer            # greedy rows: the answer is the top-1
+
+
+def test_train_draft_cli_writes_a_loadable_draft(tmp_path, tiny_dir):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": f"t{i}", "prompt": f"Count to {i}"}) for i in range(60)))
+    data = tmp_path / "data"
+    assert main(["distill-data", "--prompts", str(prompts), "--out", str(data), "--model", str(tiny_dir),
+                 "--batch", "16", "--max-new-tokens", "8", "--dtype", "fp32"]) == 0
+    out = tmp_path / "draft"
+    assert main(["train-draft", "--data", str(data), "--out", str(out), "--model", str(tiny_dir),
+                 "--layers", "1", "--hidden", "16", "--heads", "2", "--kv-heads", "1", "--intermediate", "32",
+                 "--head-tokens", "512", "--steps", "6", "--eval-every", "3", "--tokens-per-batch", "256"]) == 0
+    draft, _, _ = loader.load(out, "fp32")
+    assert draft.cfg.head_tokens == 512 and "alpha" in (out / "README.md").read_text()
+    assert main(["generate", "hello", "--model", str(tiny_dir), "--method", "draft", "--draft", str(out),
+                 "--max-new-tokens", "5", "--dtype", "fp32"]) == 0

@@ -1,0 +1,103 @@
+"""Self-distillation data, read back for training: sequences with soft targets at every answer position."""
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import VerispecError
+
+HELD_OUT_PERCENT = 3
+
+
+@dataclass
+class Example:
+    id: str
+    category: str
+    tokens: torch.Tensor       # [n] int64: (the end of) the prompt, then the answer
+    first: int                 # tokens[first + t] is answer token t; position first + t - 1 predicts it
+    topk_ids: torch.Tensor     # [answer length, K] int64: target's most likely tokens for answer position t
+    topk_probs: torch.Tensor   # [answer length, K] float32: their probabilities (temperature 1)
+
+
+def held_out(example_id: str) -> bool:
+    """~3% of the training prompts, kept aside to watch alpha during training (the dev split is not here)."""
+    return int(hashlib.sha256(("held-" + example_id).encode()).hexdigest(), 16) % 100 < HELD_OUT_PERCENT
+
+
+def load_examples(folder: str | Path, max_tokens: int = 320) -> list[Example]:
+    """Every answered prompt in a distill-data folder; prompts are cut from the left to fit `max_tokens`."""
+    shards = sorted(Path(folder).glob("shard-*.pt"))
+    if not shards:
+        raise VerispecError(f"no shard-*.pt files in {folder}: run `verispec distill-data` first")
+    out = []
+    for shard in shards:
+        try:
+            d = torch.load(shard, weights_only=True)
+        except Exception as e:
+            raise VerispecError(f"cannot read {shard}: {e}") from None
+        for i, answer in enumerate(d["answers"]):
+            if len(answer) < 2:
+                continue
+            answer = answer[:max_tokens - 8]
+            prompt = d["prompts"][i][-(max_tokens - len(answer)):]
+            out.append(Example(d["ids"][i], d["categories"][i], torch.tensor(prompt + answer), len(prompt),
+                               d["topk_ids"][i][:len(answer)].long(), d["topk_probs"][i][:len(answer)].float()))
+    return out
+
+
+def frequent_tokens(examples: list[Example], n: int, always: set[int]) -> torch.Tensor:
+    """The n tokens most often produced by the target (answers and their soft targets), plus `always`."""
+    counts = Counter()
+    for ex in examples:
+        counts.update(ex.tokens[ex.first:].tolist())
+        counts.update(ex.topk_ids[:, :4].flatten().tolist())
+    chosen = [t for t in always] + [t for t, _ in counts.most_common() if t not in always]
+    return torch.tensor(sorted(chosen[:n]))
+
+
+def batches(examples: list[Example], tokens_per_batch: int, seed: int, epoch: int) -> list[list[int]]:
+    """Deterministic batches for an epoch: shuffle, then group neighbours of similar length."""
+    g = torch.Generator().manual_seed(seed * 7919 + epoch)
+    order = torch.randperm(len(examples), generator=g).tolist()
+    out = []
+    for start in range(0, len(order), 256):  # sort windows of 256 by length: little padding, still shuffled
+        window = sorted(order[start:start + 256], key=lambda i: len(examples[i].tokens))
+        batch, longest = [], 0
+        for i in window:
+            n = len(examples[i].tokens)
+            if batch and max(longest, n) * (len(batch) + 1) > tokens_per_batch:
+                out.append(batch)
+                batch, longest = [], 0
+            batch.append(i)
+            longest = max(longest, n)
+        if batch:
+            out.append(batch)
+    perm = torch.randperm(len(out), generator=g).tolist()
+    return [out[i] for i in perm]
+
+
+def collate(examples: list[Example], head_index: torch.Tensor):
+    """Right-pad a batch. head_index: [vocab] -> row in the reduced head, or -1 if the head lacks the token.
+
+    Returns tokens [B, L], targets (next token's head row or -1) [B, L], soft ids [B, L, K] (head rows, -1 for
+    none) and soft probs [B, L, K]; positions outside the answer carry -1 / 0 and are ignored by the losses.
+    """
+    length = max(len(e.tokens) for e in examples)
+    k = examples[0].topk_ids.shape[1]
+    b = len(examples)
+    tokens = torch.zeros(b, length, dtype=torch.long)
+    targets = torch.full((b, length), -1, dtype=torch.long)
+    soft_ids = torch.full((b, length, k), -1, dtype=torch.long)
+    soft_probs = torch.zeros(b, length, k)
+    for r, e in enumerate(examples):
+        n, a = len(e.tokens), e.first
+        tokens[r, :n] = e.tokens
+        targets[r, a - 1:n - 1] = head_index[e.tokens[a:]]
+        soft_ids[r, a - 1:n - 1] = head_index[e.topk_ids]
+        soft_probs[r, a - 1:n - 1] = e.topk_probs
+    soft_probs = soft_probs.masked_fill(soft_ids < 0, 0.0)
+    return tokens, targets, soft_ids, soft_probs

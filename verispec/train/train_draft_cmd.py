@@ -1,0 +1,129 @@
+"""The `verispec train-draft` command: data -> checkpoints (resumable) -> an fp16 draft folder with a model card."""
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from ..errors import VerispecError
+from ..files import atomic_dir, atomic_file
+from ..model import loader
+from .data import frequent_tokens, held_out, load_examples
+from .draft import LOSSES, DraftShape, TrainConfig, evaluate, init_draft, make_optimizer, train_steps
+
+
+def save_draft(model, folder: Path, tokenizer_from: Path, card: str) -> None:
+    """Write the draft as an fp16 model folder (safetensors + config + tokenizer + README card), atomically."""
+    from safetensors.torch import save_file
+    state = {k: (v.half() if v.is_floating_point() else v).contiguous()
+             for k, v in loader.split_to_hf(model).items()}
+    with atomic_dir(folder) as tmp:
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps({**model.cfg.to_hf(), "torch_dtype": "float16"}, indent=2))
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(tokenizer_from / name, tmp / name)
+        (tmp / "README.md").write_text(card)
+
+
+def model_card(args, shape, cfg, data_info, metrics, wall_s, coverage) -> str:
+    lines = [f"# verispec draft: {Path(args.out).name}", "",
+             "A small Llama-family draft for speculative decoding, distilled from the target's own answers.", "",
+             "```", "verispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]), "```", "",
+             f"- target: {args.model or 'SmolLM2-135M-Instruct (verispec default)'}",
+             f"- shape: {json.dumps(asdict(shape))}", f"- training: {json.dumps(asdict(cfg))}",
+             f"- data: {data_info}", f"- output head covers {coverage:.2%} of the target's answer tokens",
+             f"- wall time: {wall_s / 60:.1f} min on {torch.get_num_threads()} CPU threads", "",
+             "Held-out metrics (training-split prompts kept aside, target top-32 soft targets):", "",
+             "| metric | value |", "| --- | ---: |"]
+    lines += [f"| {k} | {v:.4f} |" for k, v in metrics.items()]
+    lines += ["", "`alpha` estimates acceptance at temperature 1 (sum of min(p, q) over the target's top 32);",
+              "`greedy` is how often the draft's argmax equals the target's (acceptance at temperature 0).", ""]
+    return "\n".join(lines)
+
+
+def cmd_train_draft(args) -> int:
+    from tqdm import tqdm
+    if args.loss not in LOSSES:
+        raise VerispecError(f"unknown loss {args.loss!r}: choose from {', '.join(LOSSES)}")
+    shape = DraftShape(args.layers, args.hidden, args.heads, args.kv_heads, args.intermediate, args.head_tokens)
+    cfg = TrainConfig(args.loss, args.steps, args.tokens_per_batch, args.lr, min(args.warmup, args.steps),
+                      seed=args.seed)
+    if args.steps < 1 or args.hidden % args.heads or args.heads % args.kv_heads:
+        raise VerispecError("need --steps >= 1, --hidden divisible by --heads, --heads by --kv-heads")
+    examples = load_examples(args.data, args.max_tokens)
+    train = [e for e in examples if not held_out(e.id)]
+    held = [e for e in examples if held_out(e.id)][:args.eval_examples]
+    if not held and len(train) > 1:  # tiny data sets: keep one answer aside anyway
+        held = [train.pop()]
+    if not train or not held:
+        raise VerispecError(f"{args.data} has too few examples to train and hold some out")
+    target, tok, target_dir = loader.load(args.model, "fp32", "cpu", pack=False)
+    work = Path(str(args.out) + ".work")
+    ckpt_path = work / "checkpoint.pt"
+    settings = {"shape": asdict(shape), "train": asdict(cfg), "data": str(Path(args.data).resolve()),
+                "max_tokens": args.max_tokens}
+    if ckpt_path.exists():
+        ckpt = torch.load(ckpt_path, weights_only=False)
+        if ckpt["settings"] != settings:
+            raise VerispecError(f"{ckpt_path} was made with other flags; use them again or delete {work}")
+        head_ids = ckpt["head_ids"]
+    else:
+        ckpt = None
+        head_ids = (frequent_tokens(train, shape.head_tokens, set(tok.stop_token_ids))
+                    if shape.head_tokens else None)
+    head_index = torch.full((target.cfg.vocab_size,), -1, dtype=torch.long)
+    head_index[head_ids if head_ids is not None else torch.arange(target.cfg.vocab_size)] = torch.arange(
+        len(head_ids) if head_ids is not None else target.cfg.vocab_size)
+    model = init_draft(target.embed.weight, shape, head_ids, target.cfg, args.seed)
+    opt = make_optimizer(model, cfg)
+    step, wall, history = 0, 0.0, []
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        step, wall, history = ckpt["step"], ckpt["wall_s"], ckpt["history"]
+    del target
+
+    def save_checkpoint():
+        with atomic_file(ckpt_path, "wb") as f:
+            torch.save({"settings": settings, "head_ids": head_ids, "model": model.state_dict(),
+                        "optimizer": opt.state_dict(), "step": step, "wall_s": wall, "history": history}, f)
+
+    bar = tqdm(total=cfg.steps, initial=step, desc="train-draft", unit="step", file=sys.stderr)
+    shown = {}
+
+    def on_step(s, out, _):
+        shown["loss"] = f"{out[cfg.loss]:.3f}"
+        bar.update(1)
+        bar.set_postfix(shown)
+
+    t_session = time.perf_counter()
+    while step < cfg.steps:
+        stop = min(cfg.steps, (step // args.eval_every + 1) * args.eval_every)
+        train_steps(model, opt, train, head_index, cfg, step, stop, on_step)
+        step = stop
+        wall += time.perf_counter() - t_session
+        t_session = time.perf_counter()
+        metrics = evaluate(model, held, head_index)
+        history.append({"step": step, "wall_s": round(wall, 1), **{k: round(v, 4) for k, v in metrics.items()}})
+        shown.update(alpha=f"{metrics['alpha']:.3f}", greedy=f"{metrics['greedy']:.3f}")
+        bar.set_postfix(shown)
+        save_checkpoint()
+        t_session = time.perf_counter()
+    bar.close()
+    final = history[-1]
+    answer_tokens = torch.cat([e.tokens[e.first:] for e in train])
+    coverage = float((head_index[answer_tokens] >= 0).float().mean())
+    info = (f"{args.data}: {len(train)} training / {len(held)} held-out answers, "
+            f"{int(answer_tokens.numel())} answer tokens")
+    card = model_card(args, shape, cfg, info, {k: v for k, v in final.items() if k not in ("step",)}, wall,
+                      coverage)
+    save_draft(model, Path(args.out), target_dir, card)
+    (work / "history.json").write_text(json.dumps(history, indent=1))
+    print(f"draft written to {args.out}: held-out alpha {final['alpha']:.3f}, greedy {final['greedy']:.3f}")
+    return 0
