@@ -88,3 +88,39 @@ def verify_chain_reference(p, q, draft_tokens, u_accept, u_final, num_draft=None
         num_accepted.append(n)
         next_tokens.append(int(sample(weights, u_final[b])))
     return torch.tensor(num_accepted), torch.tensor(next_tokens)
+
+
+def verify_tree(p: torch.Tensor, q: torch.Tensor | None, node_tokens: list[int], tree, u_accept: torch.Tensor,
+                u_final: torch.Tensor) -> tuple[list[int], int]:
+    """Recursive rejection sampling over a token tree (SpecInfer's multi-candidate rule); one sequence.
+
+    p:           [1 + n, vocab] target probabilities at the root (index 0) and at every node
+    q:           [1 + n, vocab] the draft distribution each node's children were drawn from, i.i.d.; or None
+                 when children are deterministic picks (top-k ranks, n-grams): then each is one-hot
+    node_tokens: [n] the token at nodes 1..n; tree: a `TokenTree`
+    u_accept:    [1 + n] uniforms, u_accept[c] tests child c; u_final: [] uniform for the last draw
+    Starting at the root, children are tried in order: child x is accepted with probability
+    min(1, r(x) / q(x)), where r starts as p at the parent; each rejection replaces r by
+    norm(max(0, r - q)). The first accepted child becomes the parent; if none is, a recovered token is drawn
+    from r, and a leaf ends with a bonus token drawn from p at the leaf. Returns (accepted node indices in
+    order, next token). With deterministic children this samples exactly from p; with i.i.d. children too.
+    """
+    node, path = 0, []
+    while True:
+        children = tree.children(node)
+        if not children:
+            return path, int(sample(p[node], u_final))                        # bonus token
+        r = p[node]
+        for child in children:
+            x = node_tokens[child - 1]
+            qn = q[node] if q is not None else torch.zeros_like(r).index_fill_(0, torch.tensor([x]), 1.0)
+            if float(u_accept[child]) < float(r[x]) / float(qn[x]):
+                path.append(child)
+                node = child
+                break
+            residual = (r - qn).clamp_min(0)
+            if float(residual.sum()) <= 0:    # r == q to rounding: a rejection had probability ~0
+                residual = r
+            r = residual / residual.sum()
+        else:
+            return path, int(sample(r, u_final))                              # recovered token

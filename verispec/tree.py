@@ -1,0 +1,99 @@
+"""Token trees as data: candidate continuations verified in one target pass.
+
+A tree's nodes are named by their paths of choice ranks: (0,) is the proposer's first choice for the next token,
+(0, 1) its second choice after that, (1,) the second choice for the next token, and so on. The root (the newest
+token, already emitted) is implicit at index 0; nodes follow in breadth-first order at indices 1..n.
+`build_tree` validates the paths and derives everything verification needs:
+- parents:   [1 + n] parent index of each node (-1 for the root);
+- depths:    [1 + n] depth (root 0), added to the sequence position to get each node's RoPE position;
+- ancestry:  [1 + n, 1 + n] bool, True where node i may attend to node j (j is i or one of i's ancestors);
+- paths:     root-to-leaf node index lists (Medusa's "retrieve indices").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .errors import VerispecError
+
+
+@dataclass(frozen=True)
+class TokenTree:
+    choices: tuple[tuple[int, ...], ...]   # [n] path of choice ranks of each node, breadth-first
+    parents: tuple[int, ...]               # [1 + n]
+    depths: tuple[int, ...]                # [1 + n]
+    ancestry: torch.Tensor                 # [1 + n, 1 + n] bool
+    paths: tuple[tuple[int, ...], ...]     # root-to-leaf node indices (root excluded)
+
+    @property
+    def size(self) -> int:
+        """Nodes besides the root."""
+        return len(self.choices)
+
+    @property
+    def depth(self) -> int:
+        return max(self.depths)
+
+    def children(self, node: int) -> list[int]:
+        return [i for i, p in enumerate(self.parents) if p == node]
+
+    def rank(self, node: int) -> int:
+        """A node's choice rank among its siblings (its path's last element)."""
+        return self.choices[node - 1][-1]
+
+
+def build_tree(choices: list[tuple[int, ...]] | list[list[int]], max_depth: int | None = None,
+               max_nodes: int = 256) -> TokenTree:
+    """Validate paths of choice ranks and derive the tree's buffers; a bad tree raises VerispecError."""
+    nodes = sorted({tuple(int(r) for r in c) for c in choices}, key=lambda c: (len(c), c))
+    if not nodes:
+        raise VerispecError("a token tree needs at least one node")
+    if len(nodes) != len(choices):
+        raise VerispecError("a token tree lists some node twice")
+    if len(nodes) > max_nodes:
+        raise VerispecError(f"a token tree of {len(nodes)} nodes exceeds the limit of {max_nodes}")
+    index = {c: i + 1 for i, c in enumerate(nodes)}
+    parents, depths = [-1], [0]
+    for c in nodes:
+        if not c or min(c) < 0:
+            raise VerispecError(f"bad tree node {list(c)}: choice ranks are non-negative, paths non-empty")
+        if max_depth is not None and len(c) > max_depth:
+            raise VerispecError(f"tree node {list(c)} is deeper than the proposer can fill ({max_depth})")
+        parent = index.get(c[:-1], 0) if len(c) > 1 else 0
+        if len(c) > 1 and c[:-1] not in index:
+            raise VerispecError(f"tree node {list(c)} is an orphan: its parent {list(c[:-1])} is missing")
+        parents.append(parent)
+        depths.append(len(c))
+    n = len(nodes) + 1
+    ancestry = torch.eye(n, dtype=torch.bool)
+    for i in range(1, n):
+        j = parents[i]
+        while j >= 0:
+            ancestry[i, j] = True
+            j = parents[j]
+    is_parent = set(parents)
+    paths = []
+    for leaf in range(1, n):
+        if leaf in is_parent:
+            continue
+        path, j = [], leaf
+        while j > 0:
+            path.append(j)
+            j = parents[j]
+        paths.append(tuple(reversed(path)))
+    return TokenTree(tuple(nodes), tuple(parents), tuple(depths), ancestry, tuple(paths))
+
+
+def chain(k: int) -> TokenTree:
+    """The linear tree: k first choices in a row."""
+    return build_tree([(0,) * d for d in range(1, k + 1)])
+
+
+def topk_per_depth(widths: list[int], max_nodes: int = 256) -> TokenTree:
+    """A static tree from per-depth top-k choices: every node at depth d has the top widths[d] children."""
+    level, nodes = [()], []
+    for w in widths:
+        level = [p + (r,) for p in level for r in range(w)]
+        nodes += level
+    return build_tree(nodes, max_nodes=max_nodes)
