@@ -20,7 +20,7 @@ from .model.llama import Llama
 from .proposers.base import Proposal, Proposer
 from .sampling import SamplingConfig, probs, sample
 from .stats import GenerationStats
-from .verify import verify_chain
+from .verify import verify_chain, verify_tree
 
 
 @dataclass(frozen=True)
@@ -114,14 +114,15 @@ class Engine:
             if self.proposer is not None and budget > 1:
                 proposal = self.proposer.propose(prompt + out, min(cfg.k, budget - 1), cfg.sampling, gen)
             t1 = time.perf_counter()
-            num_accepted, next_token = self._verify(out[-1], proposal, cfg, gen)
+            verify = self._verify if proposal.tree is None else self._verify_tree
+            accepted, next_token = verify(out[-1], proposal, cfg, gen)
             stats.time_draft_s += t1 - t0
             stats.time_verify_s += time.perf_counter() - t1
-            new = proposal.tokens[:num_accepted] + [next_token]
             before = len(out)
-            out.extend(new)
+            out.extend(accepted + [next_token])
             finish, produced = self._emit(out, before, cfg, on_tokens)
-            stats.record_cycle(len(proposal.tokens), num_accepted, produced)
+            depth = len(proposal.tokens) if proposal.tree is None else proposal.tree.depth
+            stats.record_cycle(len(proposal.tokens), len(accepted), produced, depth)
 
         stats.new_tokens = len(out)
         stats.time_total_s = time.perf_counter() - t_start
@@ -141,7 +142,24 @@ class Engine:
         n = int(num_accepted)
         self.cache.truncate(start + 1 + n)                                         # newest + accepted drafts
         self.cached_tokens.extend([newest] + proposal.tokens[:n])
-        return n, int(next_token)
+        return proposal.tokens[:n], int(next_token)
+
+    def _verify_tree(self, newest: int, proposal: Proposal, cfg: GenerationConfig, gen: torch.Generator):
+        """One target pass over [newest, tree nodes] under the ancestry mask; keep the accepted path."""
+        device, tree = self.target.device, proposal.tree
+        start, n = self.cache.length, tree.size
+        tokens = torch.tensor([[newest] + proposal.tokens], device=device)        # [1, 1+n]
+        positions = (start + torch.tensor(tree.depths, device=device))[None]      # [1, 1+n]
+        mask = torch.cat([torch.ones(1 + n, start, dtype=torch.bool, device=device),
+                          tree.ancestry.to(device)], 1)[None]                      # [1, 1+n, start+1+n]
+        p = probs(self.target.logits(self.target(tokens, positions, self.cache, mask)), cfg.sampling)[0]
+        u_accept = torch.rand(1 + n, generator=gen)
+        u_final = torch.rand((), generator=gen)
+        path, next_token = verify_tree(p, proposal.q, proposal.tokens, tree, u_accept, u_final)
+        self.cache.compact(start, torch.tensor([0] + path))                        # newest + accepted path
+        accepted = [proposal.tokens[i - 1] for i in path]
+        self.cached_tokens.extend([newest] + accepted)
+        return accepted, next_token
 
     @staticmethod
     def _emit(out: list[int], before: int, cfg: GenerationConfig, on_tokens) -> tuple[str | None, int]:

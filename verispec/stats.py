@@ -4,7 +4,8 @@ Definitions (the README uses the same):
 - target_passes: target forward passes, the prefill included;
 - drafted_tokens: draft tokens proposed; accepted_tokens: those kept;
 - acceptance_rate (alpha): accepted / checked, where a draft token is checked when every token before it in its
-  chain was accepted. Under independent acceptances this estimates alpha = 1 - TV(p, q) directly;
+  chain was accepted. Under independent acceptances this estimates alpha = 1 - TV(p, q) directly. For a tree,
+  a depth is checked when the path reached it, and accepted when one of the candidates there was;
 - acceptance_by_position[i]: the same ratio for draft position i + 1;
 - draft_efficiency: accepted / drafted (what fraction of the draft work was kept);
 - mean_accepted_tokens (MAT): tokens emitted per decoding pass (accepted drafts + the recovered/bonus token);
@@ -32,12 +33,14 @@ class GenerationStats:
     time_total_s: float = 0.0
     _decode_emitted: int = 0
 
-    def record_cycle(self, drafted: int, accepted: int, emitted: int) -> None:
-        """One decoding pass: `drafted` draft tokens, `accepted` of them kept, `emitted` tokens output."""
+    def record_cycle(self, drafted: int, accepted: int, emitted: int, depth: int | None = None) -> None:
+        """One decoding pass: `drafted` draft tokens (a chain of that length, or a tree of that many nodes and
+        the given depth), `accepted` of them kept, `emitted` tokens output."""
         self.target_passes += 1
         self.drafted_tokens += drafted
         self.accepted_tokens += accepted
         self._decode_emitted += emitted
+        drafted = drafted if depth is None else depth   # positions that could be accepted
         if drafted == 0:
             return
         grow = drafted - len(self.checked_by_position)

@@ -12,12 +12,20 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from ..sampling import SamplingConfig
+from ..tree import TokenTree
 
 
 @dataclass(frozen=True)
 class Proposal:
-    tokens: list[int]                 # draft tokens x_1..x_k' (k' <= k, possibly 0)
-    q: torch.Tensor | None = None     # [k', vocab] distributions x_i was drawn from; None: deterministic (one-hot)
+    """Draft tokens, as a chain (tree is None) or as the nodes of a token tree.
+
+    Row j of q is the distribution drawn from at node j (node 0 is the newest emitted token): for a chain, the
+    distribution token j + 1 was drawn from; for a tree, the one node j's children were drawn from, i.i.d.
+    q None means the drafts are deterministic picks (q one-hot at each), as for n-gram or top-k choices.
+    """
+    tokens: list[int]                 # chain: x_1..x_k' (k' <= k, possibly 0); tree: node 1..n tokens
+    q: torch.Tensor | None = None     # chain: [k', vocab]; tree: [1 + n, vocab]
+    tree: TokenTree | None = None     # the tree the tokens fill, breadth-first (verispec.tree)
 
 
 @runtime_checkable
