@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from verispec.api import Target  # noqa: E402
+from verispec.api import Target, make_engine  # noqa: E402
 from verispec.costs import cost_curve  # noqa: E402
 from verispec.engine import Engine, GenerationConfig  # noqa: E402
 from verispec.model import loader  # noqa: E402
@@ -53,20 +53,23 @@ def greedy_equality(target: Target, prompts, max_new=48):
     plain = Engine(target.model)
     draft = truncated(target, 12)
     others = {"ngram": Engine(target.model, NgramProposer()), "draft": Engine(target.model, DraftModelProposer(draft)),
-              "self-draft": Engine(target.model, DraftModelProposer(target.model))}
+              "self-draft": Engine(target.model, DraftModelProposer(target.model)),
+              "shipped-draft@auto": make_engine("draft", target), "ngram@auto": make_engine("ngram", target)}
     out = {m: 0 for m in others}
     for p in prompts:
         ids = tok.prompt_ids(p)
         ref = plain.generate(ids, cfg).token_ids
         for m, e in others.items():
-            out[m] += e.generate(ids, cfg).token_ids == ref
+            mcfg = dataclasses.replace(cfg, k="auto") if m.endswith("@auto") else cfg
+            out[m] += e.generate(ids, mcfg).token_ids == ref
     return {m: v / len(prompts) for m, v in out.items()}
 
 
 def speed(target: Target, prompts, max_new=64):
     tok = target.tokenizer
     cfg = GenerationConfig(max_new_tokens=max_new, k=4, stop_token_ids=tok.stop_token_ids)
-    engines = {"plain": Engine(target.model), "ngram": Engine(target.model, NgramProposer())}
+    engines = {"plain": Engine(target.model), "ngram": Engine(target.model, NgramProposer()),
+               "draft": make_engine("draft", target)}
     for e in engines.values():
         e.generate(tok.prompt_ids("Hello"), GenerationConfig(max_new_tokens=8))
     res = {m: [] for m in engines}

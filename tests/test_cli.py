@@ -57,7 +57,8 @@ def corrupt_files(tmp_path_factory, tiny_dir):
     (["--top-k", "-1"], "top-k must be >= 0"),
     (["--max-new-tokens", "0"], "max-new-tokens must be >= 1"),
     (["--dtype", "fp64"], "invalid choice"),
-    (["--k", "two"], "invalid int value"),
+    (["--k", "two"], "k must be an integer >= 1 or 'auto'"),
+    (["--k", "0"], "k must be >= 1 or 'auto'"),
 ])
 def test_bad_decoding_flags(capsys, tiny_dir, flags, needle):
     fails_cleanly(capsys, ["generate", "hello", "--model", str(tiny_dir), *flags], needle)

@@ -55,6 +55,20 @@ def test_draft_model_greedy_equals_plain(target_fp32, plain_outputs, truncated_d
     assert accepted > 0 and drafted > accepted
 
 
+def test_shipped_draft_greedy_equals_plain_with_auto_k(target_fp32, plain_outputs):
+    from verispec.api import DEFAULT_DRAFT
+    model, tok = target_fp32
+    draft, _, _ = loader.load(DEFAULT_DRAFT, "fp32", need_tokenizer=False, target_embedding=model.embed.weight)
+    assert draft.cfg.head_tokens and draft.cfg.embed_from_target        # the reduced head, the borrowed embedding
+    drafted, accepted = check_greedy_equal(model, tok, DraftModelProposer(draft), plain_outputs, k="auto")
+    assert accepted > 0 and drafted > accepted
+
+
+def test_ngram_greedy_equals_plain_with_auto_k(target_fp32, plain_outputs):
+    drafted, accepted = check_greedy_equal(*target_fp32, NgramProposer(), plain_outputs, k="auto")
+    assert accepted > 0
+
+
 def test_self_draft_accepts_everything_and_earns_bonus_tokens(target_fp32, plain_outputs):
     model, tok = target_fp32
     drafted, accepted = check_greedy_equal(model, tok, DraftModelProposer(model), plain_outputs[:3], k=5)
@@ -107,3 +121,11 @@ def test_prefix_reuse_gives_the_same_output(target_fp32):
     ids = tok.prompt_ids(PROMPTS[4])
     fresh = engine.generate(ids, cfg).token_ids
     assert engine.generate(ids, cfg, reuse_prefix=True).token_ids == fresh
+
+
+def test_draft_tree_greedy_equals_plain(target_fp32, plain_outputs, truncated_draft_dir):
+    from verispec.proposers.draft_tree import DraftTreeProposer
+    draft, _, _ = loader.load(truncated_draft_dir, "fp32")
+    model, tok = target_fp32
+    drafted, accepted = check_greedy_equal(model, tok, DraftTreeProposer(draft), plain_outputs, k=4)
+    assert accepted > 0

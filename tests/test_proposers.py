@@ -42,3 +42,30 @@ def test_draft_resyncs_its_cache_after_divergence(tiny_dir):
     fresh.prepare(64)
     assert resumed.tokens == fresh.propose(ctx, 3, cfg, g).tokens
     assert prop.seen == ctx + resumed.tokens[:2]
+
+
+def _ranking_after(model, ids: list[int], width: int) -> list[int]:
+    """The draft's top-`width` next tokens after `ids`, from a fresh causal pass."""
+    with torch.inference_mode():
+        hidden = model(torch.tensor([ids]), torch.arange(len(ids))[None], model.new_cache(len(ids)))
+        return model.logits(hidden[0, -1]).topk(width).indices.tolist()
+
+
+def test_draft_tree_nodes_are_the_drafts_ranked_choices_along_each_path(tiny_dir):
+    from verispec.proposers.draft_tree import DraftTreeProposer
+    from verispec.tree import topk_per_depth
+    model, _, _ = loader.load(tiny_dir, "fp32")
+    tree = topk_per_depth([3, 2, 1])
+    prop = DraftTreeProposer(model, tree)
+    prop.prepare(64)
+    g = torch.Generator().manual_seed(0)
+    for context in ([5, 17, 42, 99, 7], [5, 17, 42, 99, 7, 8, 300], [5, 17, 1000]):   # diverging contexts
+        out = prop.propose(context, 3, SamplingConfig(1.0), g)
+        assert out.tree is tree and out.q is None and len(out.tokens) == tree.size == 3 + 6 + 6
+        assert prop.seen == context and prop.cache.length == len(context)      # tree slots were scratch
+        for i, path in enumerate(tree.choices):
+            prefix = context + [out.tokens[tree.choices.index(path[:d]) ] for d in range(1, len(path))]
+            assert out.tokens[i] == _ranking_after(model, prefix, 3)[path[-1]], path
+    short = prop.propose([5, 17, 42], 2, SamplingConfig(1.0), g)                 # the length budget cuts depth
+    assert short.tree.depth == 2 and short.tree.size == 3 + 6
+    assert isinstance(prop, Proposer)

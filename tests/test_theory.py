@@ -40,3 +40,35 @@ def test_truncated_geometric_sums_to_one_and_matches_mean():
     p = truncated_geometric(0.7, 5)
     assert sum(p) == pytest.approx(1.0)
     assert sum(n * q for n, q in enumerate(p)) + 1 == pytest.approx(expected_tokens(0.7, 5))
+
+
+def test_auto_k_drops_to_plain_when_drafts_fail_and_probes_again():
+    from verispec.autok import AutoK
+    curve = {n: 1 + 0.05 * (n - 1) for n in range(1, 17)}
+    auto = AutoK(c=0.06, curve=curve, prior_alpha=0.6, probe_every=4)
+    assert auto.next_k() > 1
+    for _ in range(15):                     # every first draft token rejected: alpha far below break-even
+        auto.update(checked=1, accepted=0)
+    assert auto.alpha < 0.11                # k = 1 pays only above c + T(2)/T(1) - 1 = 0.11
+    ks = [auto.next_k() for _ in range(8)]
+    assert ks.count(0) == 6 and ks.count(1) == 2   # plain decoding, with a k = 1 probe every 4 cycles
+    for _ in range(10):                     # the text turns predictable
+        auto.update(checked=4, accepted=4)
+    assert auto.next_k() >= 6
+
+
+def test_profile_round_trip(tmp_path):
+    from verispec.autok import CostProfile
+    p = CostProfile(curve={1: 1.0, 2: 1.1}, draft_cost={"draft": 0.05}, alpha={"draft": 0.7}, measured=True)
+    p.save(tmp_path / "p.json")
+    q = CostProfile.load(tmp_path / "p.json")
+    assert q.curve == {1: 1.0, 2: 1.1} and q.draft_cost == {"draft": 0.05} and q.measured
+
+
+def test_noisy_cost_curve_is_made_physical_so_auto_k_can_still_fall_back():
+    from verispec.autok import CostProfile
+    from verispec.theory import monotone_curve
+    noisy = {1: 1.0, 2: 0.81, 3: 0.89, 4: 1.05, 5: 0.98, 6: 1.2}
+    assert monotone_curve(noisy) == {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.05, 5: 1.05, 6: 1.2}
+    auto = CostProfile(curve=noisy, draft_cost={"draft": 0.1}, alpha={"draft": 0.02}).chooser("draft")
+    assert auto.next_k() == 0          # with T(2) = 0.81 taken at face value, k = 1 would look like a win

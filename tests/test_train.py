@@ -1,12 +1,13 @@
 """Draft distillation: data generation, resumable data, training that learns, bitwise resume, the CLI."""
 import json
+import os
 
 import pytest
 import torch
 
 from verispec.cli import main
 from verispec.model import loader
-from verispec.model.llama import LlamaConfig
+from verispec.model.llama import Llama, LlamaConfig
 from verispec.train.data import Example, collate, load_examples
 from verispec.train.draft import DraftShape, TrainConfig, evaluate, init_draft, make_optimizer, train_steps
 
@@ -43,8 +44,9 @@ def setup(loss="kl", steps=60):
     head_ids = torch.arange(64)
     head_index = torch.full((V,), -1, dtype=torch.long)
     head_index[head_ids] = torch.arange(64)
-    embed = torch.randn(V, TINY_TARGET.hidden_size, generator=torch.Generator().manual_seed(0))
-    model = init_draft(embed, SHAPE, head_ids, TINY_TARGET, seed=0)
+    torch.manual_seed(0)
+    target = Llama(TINY_TARGET)
+    model = init_draft(target, SHAPE, head_ids, seed=0)
     cfg = TrainConfig(loss=loss, steps=steps, tokens_per_batch=256, lr=1e-2, warmup=5)
     return model, make_optimizer(model, cfg), cfg, head_index
 
@@ -126,10 +128,33 @@ def test_train_draft_cli_writes_a_loadable_draft(tmp_path, tiny_dir):
     assert main(["distill-data", "--prompts", str(prompts), "--out", str(data), "--model", str(tiny_dir),
                  "--batch", "16", "--max-new-tokens", "8", "--dtype", "fp32"]) == 0
     out = tmp_path / "draft"
-    assert main(["train-draft", "--data", str(data), "--out", str(out), "--model", str(tiny_dir),
-                 "--layers", "1", "--hidden", "16", "--heads", "2", "--kv-heads", "1", "--intermediate", "32",
-                 "--head-tokens", "512", "--steps", "6", "--eval-every", "3", "--tokens-per-batch", "256"]) == 0
+    flags = ["train-draft", "--data", str(data), "--out", str(out), "--model", str(tiny_dir),
+             "--layers", "1", "--hidden", "16", "--heads", "2", "--kv-heads", "1", "--intermediate", "32",
+             "--head-tokens", "512", "--steps", "6", "--eval-every", "3", "--tokens-per-batch", "256"]
+    assert main(flags + ["--stop-at", "3"]) == 0          # early stop: a draft now, the schedule still spans 6
+    assert "stopped early at step 3 of the 6-step schedule" in (out / "README.md").read_text()
+    assert main(flags) == 0                               # the same flags without --stop-at finish the run
+    history = json.loads((tmp_path / "draft.work" / "history.json").read_text())
+    assert [h["step"] for h in history] == [3, 6]
     draft, _, _ = loader.load(out, "fp32")
     assert draft.cfg.head_tokens == 512 and "alpha" in (out / "README.md").read_text()
+    assert "stopped early" not in (out / "README.md").read_text()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask   # not mkstemp's 0600
     assert main(["generate", "hello", "--model", str(tiny_dir), "--method", "draft", "--draft", str(out),
                  "--max-new-tokens", "5", "--dtype", "fp32"]) == 0
+
+
+def test_draft_from_target_layers_borrows_and_freezes_the_embedding(tmp_path, tiny_dir):
+    from verispec.train.draft import DraftShape
+    from verispec.train.train_draft_cmd import save_draft
+    target, _, _ = loader.load(tiny_dir, "fp32", pack=False)
+    draft = init_draft(target, DraftShape(layers=1, head_tokens=64, from_target=True), torch.arange(64), seed=0)
+    assert draft.cfg.hidden_size == target.cfg.hidden_size and not draft.embed.weight.requires_grad
+    assert torch.equal(draft.layers[0].mlp.w2.weight, target.layers[0].mlp.w2.weight)
+    save_draft(draft, tmp_path / "d", tiny_dir, "card")
+    with pytest.raises(Exception, match="borrows its target's embedding"):
+        loader.load(tmp_path / "d", "fp32")
+    again, _, _ = loader.load(tmp_path / "d", "fp32", target_embedding=target.embed.weight)
+    assert torch.equal(again.embed.weight, target.embed.weight)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from .autok import CostProfile
 from .engine import Engine, GenerationConfig
 from .errors import VerispecError
 from .model import loader
@@ -20,8 +21,9 @@ from .model.tokenizer import StreamDecoder, Tokenizer
 from .proposers.base import Proposer
 from .sampling import SamplingConfig
 
-METHODS = ("plain", "ngram", "draft")
+METHODS = ("plain", "ngram", "draft", "draft-tree")
 DEFAULT_DRAFT = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-draft"
+SHIPPED_PROFILES = Path(__file__).parent / "profiles"
 
 
 def pick_device(device: str | None) -> str:
@@ -47,6 +49,18 @@ class Target:
             raise VerispecError(f"tokenizer has {tok.vocab_size} tokens but the model only {m.cfg.vocab_size}")
         return cls(m, tok, str(folder), dtype, model in (None, "default"))
 
+    def profile(self) -> CostProfile:
+        """The cost model behind `--k auto`: this machine's `verispec profile` output if there is one, else the
+        profile shipped for the default model, else built-in conservative defaults."""
+        from .profile import default_profile_path
+        mine = default_profile_path(self.folder, self.dtype, self.model.device)
+        if mine.exists():
+            return CostProfile.load(mine)
+        shipped = SHIPPED_PROFILES / f"default-{self.dtype}-{self.model.device.type}.json"
+        if self.is_default and shipped.exists():
+            return CostProfile.load(shipped)
+        return CostProfile()
+
 
 def default_draft(target: Target) -> str:
     """The shipped distilled draft, for the default target only."""
@@ -59,7 +73,7 @@ def default_draft(target: Target) -> str:
 
 
 def make_proposer(method: str, target: Target, draft: str | None = None, ngram_max: int = 3,
-                  ngram_min: int = 1) -> Proposer | None:
+                  ngram_min: int = 1, tree: str | None = None) -> Proposer | None:
     """Build the proposer called `method` for `target` (None for plain decoding)."""
     if method == "plain":
         return None
@@ -68,10 +82,26 @@ def make_proposer(method: str, target: Target, draft: str | None = None, ngram_m
         return NgramProposer(ngram_max, ngram_min)
     if method == "draft":
         from .proposers.draft_model import DraftModelProposer
-        model, tok, _ = loader.load(draft or default_draft(target), target.dtype, target.model.device, need_tokenizer=False)
-        check_same_vocab(target, model, tok)
-        return DraftModelProposer(model)
+        return DraftModelProposer(load_draft(target, draft))
+    if method == "draft-tree":
+        from .proposers.draft_tree import DraftTreeProposer
+        from .tree import parse_tree
+        return DraftTreeProposer(load_draft(target, draft), parse_tree(tree) if tree else None)
     raise VerispecError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
+
+
+def load_draft(target: Target, draft: str | None = None) -> Llama:
+    """The draft model at `draft` (default: the shipped one), in the target's dtype and device."""
+    model, tok, _ = loader.load(draft or default_draft(target), target.dtype, target.model.device,
+                                need_tokenizer=False, target_embedding=target.model.embed.weight)
+    check_same_vocab(target, model, tok)
+    return model
+
+
+def make_engine(method: str, target: Target, draft: str | None = None, ngram_max: int = 3,
+                tree: str | None = None) -> Engine:
+    """An engine for `method` on `target`, with the target's cost profile for k = "auto"."""
+    return Engine(target.model, make_proposer(method, target, draft, ngram_max, tree=tree), target.profile())
 
 
 def check_same_vocab(target: Target, draft_model: Llama, draft_tok: Tokenizer | None) -> None:
@@ -93,11 +123,12 @@ class Speculator:
     """A target plus one proposer, ready to generate text."""
 
     def __init__(self, model: str | None = None, method: str = "ngram", draft: str | None = None,
-                 dtype: str = "bf16", device: str | None = None, target: Target | None = None):
+                 dtype: str = "bf16", device: str | None = None, target: Target | None = None,
+                 tree: str | None = None):
         self.target = target or Target.load(model, dtype, device)
-        self.engine = Engine(self.target.model, make_proposer(method, self.target, draft))
+        self.engine = make_engine(method, self.target, draft, tree=tree)
 
-    def generate(self, prompt: str, max_new_tokens: int = 128, k: int = 4, temperature: float = 0.0,
+    def generate(self, prompt: str, max_new_tokens: int = 128, k: int | str = "auto", temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, chat: bool = True,
                  on_text=None) -> Result:
         tok = self.target.tokenizer

@@ -90,7 +90,7 @@ def audit_tests(a: list[tuple], b: list[tuple], level: float) -> tuple[list[tupl
 def cmd_audit(args) -> int:
     from tqdm import tqdm
 
-    from .api import Target, make_proposer
+    from .api import Target, make_engine
     from .cli import check_decoding_flags
     from .engine import Engine, GenerationConfig
     from .sampling import SamplingConfig
@@ -101,7 +101,7 @@ def cmd_audit(args) -> int:
         raise VerispecError("audit compares a speculative method with plain sampling; pick ngram or draft")
     target = Target.load(args.model, args.dtype, args.device)
     plain = Engine(target.model)
-    spec = Engine(target.model, make_proposer(args.method, target, args.draft, args.ngram_max))
+    spec = make_engine(args.method, target, args.draft, args.ngram_max, args.tree)
     cfg = GenerationConfig(max_new_tokens=args.tokens, k=args.k, seed=args.seed,
                            sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
                            stop_token_ids=target.tokenizer.stop_token_ids)

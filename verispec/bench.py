@@ -17,7 +17,7 @@ from collections import defaultdict
 
 import torch
 
-from .api import Target, make_proposer
+from .api import Target, make_engine
 from .engine import Engine, GenerationConfig
 from .errors import VerispecError
 from .files import atomic_file
@@ -115,13 +115,11 @@ def environment(args) -> dict:
             "top_k": args.top_k, "max_new_tokens": args.max_new_tokens, "seed": args.seed}
 
 
-def parse_ks(text: str) -> list[int]:
-    try:
-        ks = [int(k) for k in str(text).split(",") if k.strip()]
-    except ValueError:
-        raise VerispecError(f"--k takes an integer or a comma-separated list, got {text!r}") from None
-    if not ks or min(ks) < 1:
-        raise VerispecError(f"k must be >= 1, got {text}")
+def parse_ks(text: str) -> list[int | str]:
+    from .cli import parse_k
+    ks = [parse_k(k) for k in str(text).split(",") if k.strip()]
+    if not ks:
+        raise VerispecError(f"--k takes an integer, 'auto' or a comma-separated list, got {text!r}")
     return ks
 
 
@@ -138,15 +136,15 @@ def cmd_bench(args) -> int:
     for m in methods[1:]:
         if m not in hf_methods:
             for k in ks:
-                label = m if len(ks) == 1 else f"{m}@k{k}"
-                engines[label] = (Engine(target.model, make_proposer(m, target, args.draft, args.ngram_max)), k)
+                label = m if len(ks) == 1 else f"{m}@auto" if k == "auto" else f"{m}@k{k}"
+                engines[label] = (make_engine(m, target, args.draft, args.ngram_max, args.tree), k)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, seed=args.seed,
                            sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
                            stop_token_ids=target.tokenizer.stop_token_ids)
     extra = None
     if hf_methods:
         from .hf_compare import HFRunner
-        extra = HFRunner(target, hf_methods, cfg)
+        extra = HFRunner(target, hf_methods, cfg, args.draft)
     results, runs = run_bench(target, engines, prompts, cfg, not args.no_chat, extra)
     print(format_table(results))
     if args.json_out:

@@ -21,12 +21,35 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
 
 
+def parse_k(text: str) -> int | str:
+    """An integer k >= 1, or "auto"."""
+    text = str(text).strip()
+    if text == "auto":
+        return "auto"
+    try:
+        k = int(text)
+    except ValueError:
+        raise VerispecError(f"k must be an integer >= 1 or 'auto', got {text!r}") from None
+    if k < 1:
+        raise VerispecError(f"k must be >= 1 or 'auto', got {k}")
+    return k
+
+
+def _k_arg(text: str) -> int | str:
+    try:
+        return parse_k(text)
+    except VerispecError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _decoding_flags(p: argparse.ArgumentParser, k_list: bool = False) -> None:
     g = p.add_argument_group("decoding")
     if k_list:
-        g.add_argument("--k", default="4", help="draft tokens per cycle, or a list such as 1,2,4,8 to sweep")
+        g.add_argument("--k", default="auto",
+                       help="draft tokens per cycle, 'auto' (default), or a list such as 1,2,4,auto to sweep")
     else:
-        g.add_argument("--k", type=int, default=4, help="draft tokens per cycle (default 4)")
+        g.add_argument("--k", type=_k_arg, default="auto",
+                       help="draft tokens per cycle, or 'auto' (default): chosen each cycle from the cost profile")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0, help="0 = off")
@@ -34,6 +57,8 @@ def _decoding_flags(p: argparse.ArgumentParser, k_list: bool = False) -> None:
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--no-chat", action="store_true", help="feed the prompt raw, without the chat template")
     g.add_argument("--ngram-max", type=int, default=3, help="longest suffix n-gram for --method ngram")
+    g.add_argument("--tree", help="token tree for --method draft-tree: per-depth widths such as 2,2,1,1,1 "
+                                  "(the default) or a JSON file of choice-rank paths")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="generate text, streaming it, then print statistics")
     g.add_argument("prompt")
-    g.add_argument("--method", default="ngram", help="plain | ngram | draft (default ngram)")
+    g.add_argument("--method", default="ngram", help="plain | ngram | draft | draft-tree (default ngram)")
     g.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, stats")
     _model_flags(g)
     _decoding_flags(g)
@@ -64,10 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--level", type=float, default=0.01, help="FAIL when the p-value is below this")
     _model_flags(a)
     _decoding_flags(a)
-    a.set_defaults(temperature=1.0)
+    a.set_defaults(temperature=1.0, k=4)
     d = sub.add_parser("demo", help="a few prompts: plain against speculative decoding (what `make run` shows)")
-    d.add_argument("--methods", default="ngram", help="speculative methods to compare with plain")
-    d.add_argument("--k", type=int, default=4)
+    d.add_argument("--methods", default="ngram,draft", help="speculative methods to compare with plain")
+    d.add_argument("--k", type=_k_arg, default="auto")
     d.add_argument("--max-new-tokens", type=int, default=96)
     _model_flags(d)
 
@@ -77,6 +102,37 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--repeats", type=int, default=7)
     c.add_argument("--json", dest="json_out", metavar="OUT")
     _model_flags(c)  # --draft PATH (or "default") also measures the draft step cost c
+
+    pr = sub.add_parser("profile", help="measure cost curve, draft costs and alpha; predicted vs measured speedup")
+    pr.add_argument("--methods", default="ngram,draft")
+    pr.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (e.g. bench/dev_prompts.jsonl)")
+    pr.add_argument("--limit", type=int, default=5, help="prompts per category")
+    pr.add_argument("--context", type=int, default=256, help="context length for the cost curve")
+    pr.add_argument("--repeats", type=int, default=5)
+    pr.add_argument("--out", help="profile file (default: in the cache, per model / dtype / device)")
+    pr.add_argument("--json", dest="json_out", metavar="OUT", help="also write every figure as JSON")
+    _model_flags(pr)
+    _decoding_flags(pr)
+    pr.set_defaults(k=6, max_new_tokens=64)
+
+    rp = sub.add_parser("report", help="benchmark report: Markdown tables, PNG plots and JSON (k sweep, "
+                                       "temperatures, categories, adversarial input, transformers peers)")
+    rp.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (e.g. bench/dev_prompts.jsonl)")
+    rp.add_argument("--methods", default="ngram,draft")
+    rp.add_argument("--out", required=True, help="output folder: report.md, report.json, *.png")
+    rp.add_argument("--limit", type=int, default=4, help="prompts per category (default 4)")
+    rp.add_argument("--k", default="1,2,3,4,6,8", help="fixed k values to sweep (auto is always added)")
+    rp.add_argument("--temperatures", default="0,0.7,1.0")
+    rp.add_argument("--adversarial", type=int, default=6, help="random-token prompts at T = 1.5 (0 = skip)")
+    rp.add_argument("--no-hf", action="store_true", help="skip the transformers comparison")
+    rp.add_argument("--no-trees", dest="trees", action="store_false", help="skip the tree cost curve")
+    rp.add_argument("--context", type=int, default=256, help="context length for the cost curve")
+    rp.add_argument("--repeats", type=int, default=5)
+    rp.add_argument("--max-new-tokens", type=int, default=64)
+    rp.add_argument("--seed", type=int, default=0)
+    rp.add_argument("--no-chat", action="store_true")
+    rp.add_argument("--ngram-max", type=int, default=3)
+    _model_flags(rp)
 
     dd = sub.add_parser("distill-data", help="the target answers training prompts: data for a draft (resumable)")
     dd.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (the dev split is skipped)")
@@ -100,12 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--kv-heads", type=int, default=2)
     td.add_argument("--intermediate", type=int, default=768)
     td.add_argument("--head-tokens", type=int, default=8192, help="reduced output vocabulary (0 = full)")
+    td.add_argument("--from-target", action="store_true",
+                    help="start from the target's first --layers blocks at its width, borrowing its embedding")
     td.add_argument("--loss", default="kl", help="kl | tvd | kl+tvd | ce (ce = no distillation)")
     td.add_argument("--steps", type=int, default=2000)
     td.add_argument("--tokens-per-batch", type=int, default=4096)
     td.add_argument("--lr", type=float, default=2e-3)
     td.add_argument("--warmup", type=int, default=100)
     td.add_argument("--max-tokens", type=int, default=320, help="longest training sequence")
+    td.add_argument("--stop-at", type=int, default=None,
+                    help="stop after this step (a multiple of --eval-every) and write the draft; the learning-rate "
+                         "schedule still spans --steps, so a later run without it resumes and finishes")
     td.add_argument("--eval-every", type=int, default=100, help="held-out evaluation + checkpoint interval")
     td.add_argument("--eval-examples", type=int, default=120)
     td.add_argument("--seed", type=int, default=0)
@@ -128,7 +189,7 @@ def check_decoding_flags(args) -> None:
 def cmd_generate(args) -> int:
     from .api import Speculator
     check_decoding_flags(args)
-    spec = Speculator(args.model, args.method, args.draft, args.dtype, args.device)
+    spec = Speculator(args.model, args.method, args.draft, args.dtype, args.device, tree=args.tree)
     stream = None if args.json else (lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     r = spec.generate(args.prompt, args.max_new_tokens, args.k, args.temperature, args.top_p, args.top_k,
                       args.seed, chat=not args.no_chat, on_text=stream)
@@ -173,6 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "cost-curve":
             from .costs import cmd_cost_curve
             return cmd_cost_curve(args)
+        if args.command == "profile":
+            from .profile import cmd_profile
+            return cmd_profile(args)
+        if args.command == "report":
+            from .report import cmd_report
+            args.argv = list(sys.argv[1:] if argv is None else argv)
+            return cmd_report(args)
         if args.command == "distill-data":
             from .train.distill_data import cmd_distill_data
             return cmd_distill_data(args)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .api import Target, make_proposer
+from .api import Target, make_engine
 from .engine import Engine, GenerationConfig
 from .sampling import SamplingConfig
 
@@ -23,7 +23,7 @@ def cmd_demo(args) -> int:
     tok = target.tokenizer
     methods = [m for m in args.methods.split(",") if m and m != "plain"]
     plain = Engine(target.model)
-    engines = {m: Engine(target.model, make_proposer(m, target, args.draft)) for m in methods}
+    engines = {m: make_engine(m, target, args.draft) for m in methods}
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, sampling=SamplingConfig(0.0),
                            stop_token_ids=tok.stop_token_ids)
     warm = tok.prompt_ids("Hello!")

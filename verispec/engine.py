@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from .autok import CostProfile
 from .errors import VerispecError
 from .model.llama import Llama
 from .proposers.base import Proposal, Proposer
@@ -26,16 +27,23 @@ from .verify import verify_chain, verify_tree
 @dataclass(frozen=True)
 class GenerationConfig:
     max_new_tokens: int = 128
-    k: int = 4                                  # draft tokens per cycle (ignored by plain decoding)
+    k: int | str = 4                            # draft tokens per cycle, or "auto" (ignored by plain decoding)
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     seed: int = 0
     stop_token_ids: frozenset[int] = frozenset()
+    k_max: int = 12                             # the largest k "auto" may choose
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
             raise VerispecError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        if self.k < 1:
-            raise VerispecError(f"k must be >= 1, got {self.k}")
+        if self.k != "auto" and (not isinstance(self.k, int) or self.k < 1):
+            raise VerispecError(f"k must be >= 1 or 'auto', got {self.k}")
+        if self.k_max < 1:
+            raise VerispecError(f"k-max must be >= 1, got {self.k_max}")
+
+    @property
+    def longest_draft(self) -> int:
+        return self.k_max if self.k == "auto" else self.k
 
 
 @dataclass
@@ -46,8 +54,9 @@ class Generation:
 
 
 class Engine:
-    def __init__(self, target: Llama, proposer: Proposer | None = None):
-        self.target, self.proposer = target, proposer
+    def __init__(self, target: Llama, proposer: Proposer | None = None, profile: CostProfile | None = None):
+        """profile: the cost model behind k = "auto" (built-in defaults when None)."""
+        self.target, self.proposer, self.profile = target, proposer, profile or CostProfile()
         self.cache = None
         self.cached_tokens: list[int] = []      # tokens whose keys/values are in self.cache
 
@@ -56,13 +65,13 @@ class Engine:
         return "plain" if self.proposer is None else self.proposer.name
 
     def capacity_needed(self, prompt_len: int, cfg: GenerationConfig) -> int:
-        k = 0 if self.proposer is None else cfg.k
+        k = 0 if self.proposer is None else cfg.longest_draft
         return prompt_len + cfg.max_new_tokens + k + 1
 
     def check_fits(self, prompt_len: int, cfg: GenerationConfig) -> None:
         limit = self.target.cfg.max_position
-        if cfg.k + 1 > limit // 2:
-            raise VerispecError(f"k = {cfg.k} is too large for a context of {limit} tokens")
+        if cfg.longest_draft + 1 > limit // 2:
+            raise VerispecError(f"k = {cfg.longest_draft} is too large for a context of {limit} tokens")
         if self.capacity_needed(prompt_len, cfg) > limit:
             raise VerispecError(f"prompt ({prompt_len} tokens) plus max-new-tokens ({cfg.max_new_tokens}) "
                                 f"exceeds the model's context of {limit} tokens")
@@ -102,6 +111,9 @@ class Engine:
 
         logits = self._prefill(prompt, capacity, reuse_prefix)
         stats.target_passes = 1
+        # k = "auto": chains choose k every cycle; tree proposers draft their whole tree (up to k_max levels)
+        chains = self.proposer is not None and getattr(self.proposer, "tree", None) is None
+        auto = self.profile.chooser(self.method, cfg.k_max) if cfg.k == "auto" and chains else None
         first = sample(probs(logits[:, 0], cfg.sampling), torch.rand(1, generator=gen).to(device))  # [1]
         out = [int(first)]
         stats.time_prefill_s = time.perf_counter() - t_start
@@ -111,8 +123,9 @@ class Engine:
             budget = cfg.max_new_tokens - len(out)            # tokens still allowed, the recovered/bonus one included
             t0 = time.perf_counter()
             proposal = Proposal([])
-            if self.proposer is not None and budget > 1:
-                proposal = self.proposer.propose(prompt + out, min(cfg.k, budget - 1), cfg.sampling, gen)
+            k = auto.next_k() if auto is not None else cfg.longest_draft
+            if self.proposer is not None and budget > 1 and k > 0:
+                proposal = self.proposer.propose(prompt + out, min(k, budget - 1), cfg.sampling, gen)
             t1 = time.perf_counter()
             verify = self._verify if proposal.tree is None else self._verify_tree
             accepted, next_token = verify(out[-1], proposal, cfg, gen)
@@ -123,6 +136,8 @@ class Engine:
             finish, produced = self._emit(out, before, cfg, on_tokens)
             depth = len(proposal.tokens) if proposal.tree is None else proposal.tree.depth
             stats.record_cycle(len(proposal.tokens), len(accepted), produced, depth)
+            if auto is not None:
+                auto.update(min(len(accepted) + 1, depth), len(accepted))
 
         stats.new_tokens = len(out)
         stats.time_total_s = time.perf_counter() - t_start

@@ -8,6 +8,12 @@ import tempfile
 from pathlib import Path
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_dir(dest: Path):
     """Yield a temporary folder beside `dest`; on success it replaces `dest` in one rename."""
@@ -40,6 +46,7 @@ def atomic_file(dest: Path, mode: str = "w"):
             yield f
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())       # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, dest)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -1,7 +1,8 @@
 """Peers for `verispec bench`: Hugging Face `transformers` generate on the same checkpoint, dtype and prompts.
 
-Methods: `hf-plain` (generate), `hf-ngram` (generate with prompt_lookup_num_tokens = k). Each row records whether
-its greedy output matched verispec's plain decoding token for token.
+Methods: `hf-plain` (generate), `hf-ngram` (generate with prompt_lookup_num_tokens = k), `hf-draft` (assisted
+generation, assistant_model = the same draft verispec's `draft` method uses). Each row records whether its greedy
+output matched verispec's plain decoding token for token.
 """
 from __future__ import annotations
 
@@ -11,11 +12,36 @@ import torch
 
 from .errors import VerispecError
 
-HF_METHODS = {"hf-plain": {}, "hf-ngram": {"prompt_lookup_num_tokens": None}}
+HF_LOOKUP_K = 10     # prompt_lookup_num_tokens when verispec's k is "auto" (transformers' documented example)
+HF_METHODS = {"hf-plain": {}, "hf-ngram": {"prompt_lookup_num_tokens": None}, "hf-draft": {"assistant_model": None}}
+
+
+def as_hf_model(draft, torch_dtype):
+    """Our draft (a `Llama`) as a transformers LlamaForCausalLM with the same weights. A reduced output head
+    becomes a full-vocabulary one whose rows outside the kept tokens are zero: those tokens get logit 0 there
+    instead of probability 0, which transformers cannot express."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from .model.loader import split_to_hf
+    c = draft.cfg
+    hc = LlamaConfig(vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
+                     num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads,
+                     num_key_value_heads=c.num_kv_heads, rope_theta=c.rope_theta, rms_norm_eps=c.rms_eps,
+                     max_position_embeddings=c.max_position, tie_word_embeddings=c.tie_embeddings)
+    sd = {k: v.float() for k, v in split_to_hf(draft).items()}
+    sd["model.embed_tokens.weight"] = draft.embed.weight.float()
+    if c.head_tokens:
+        head = torch.zeros(c.vocab_size, c.hidden_size)
+        head[sd.pop("lm_head.token_ids").long()] = sd["lm_head.weight"]
+        sd["lm_head.weight"] = head
+    model = LlamaForCausalLM(hc)
+    model.load_state_dict(sd, strict=False)
+    return model.to(torch_dtype).to(draft.device).eval()
 
 
 class HFRunner:
-    def __init__(self, target, methods: list[str], cfg):
+    def __init__(self, target, methods: list[str], cfg, draft: str | None = None):
+        """draft: the draft model's folder for hf-draft (default: the shipped draft)."""
         try:
             from transformers import AutoModelForCausalLM
         except ImportError:
@@ -26,6 +52,12 @@ class HFRunner:
         dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[target.dtype]
         self.model = AutoModelForCausalLM.from_pretrained(target.folder, dtype=dtype).to(target.model.device)
         self.model.eval()
+        if "hf-draft" in methods:
+            from .api import default_draft
+            from .model import loader
+            model, _, _ = loader.load(draft or default_draft(target), "fp32", "cpu", pack=False,
+                                      need_tokenizer=False, target_embedding=target.model.embed.weight.float().cpu())
+            self.assistant = as_hf_model(model, dtype).to(target.model.device)
         self.methods, self.cfg = methods, cfg
         self.stop = sorted(cfg.stop_token_ids)
         self(target.tokenizer.prompt_ids("Hello!"), None)  # warm-up
@@ -37,7 +69,11 @@ class HFRunner:
         if not s.greedy:
             kw.update(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k or None)
         if "prompt_lookup_num_tokens" in HF_METHODS[method]:
-            kw["prompt_lookup_num_tokens"] = self.cfg.k
+            kw["prompt_lookup_num_tokens"] = self.cfg.k if isinstance(self.cfg.k, int) else HF_LOOKUP_K
+        if "assistant_model" in HF_METHODS[method]:
+            kw["assistant_model"] = self.assistant
+            if isinstance(self.cfg.k, int):      # else transformers' own schedule for the draft length
+                kw.update(num_assistant_tokens=self.cfg.k, num_assistant_tokens_schedule="constant")
         return kw
 
     @torch.inference_mode()

@@ -50,3 +50,14 @@ def best_k(alpha: float, c: float, curve=None, k_max: int = 16) -> int:
 def truncated_geometric(alpha: float, k: int) -> list[float]:
     """P(exactly n of k drafts accepted), n = 0..k, if each is accepted independently with probability alpha."""
     return [alpha ** n * (1 - alpha) for n in range(k)] + [alpha ** k]
+
+
+def monotone_curve(curve: Mapping[int, float]) -> dict[int, float]:
+    """A measured cost curve made physical: T(n)/T(1) >= 1 and non-decreasing in n. Timing noise on a shared
+    machine can put T(2) below T(1); left as is, that would tell the k chooser verification is cheaper than
+    decoding, and it would never fall back to plain decoding."""
+    out, top = {}, 1.0
+    for n in sorted(curve):
+        top = max(top, float(curve[n]))
+        out[n] = top
+    return out

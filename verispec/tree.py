@@ -97,3 +97,24 @@ def topk_per_depth(widths: list[int], max_nodes: int = 256) -> TokenTree:
         level = [p + (r,) for p in level for r in range(w)]
         nodes += level
     return build_tree(nodes, max_nodes=max_nodes)
+
+
+def parse_tree(spec: str, max_nodes: int = 256) -> TokenTree:
+    """A tree from the command line: per-depth widths such as "2,2,1,1", or a JSON file of choice-rank paths."""
+    import json
+    from pathlib import Path
+    if Path(spec).is_file():
+        try:
+            paths = json.loads(Path(spec).read_text())
+            if not isinstance(paths, list) or not all(isinstance(p, list) for p in paths):
+                raise ValueError("expected a JSON list of paths, such as [[0], [1], [0, 0]]")
+        except (OSError, ValueError) as e:
+            raise VerispecError(f"cannot read tree file {spec}: {e}") from None
+        return build_tree(paths, max_nodes=max_nodes)
+    try:
+        widths = [int(w) for w in spec.split(",")]
+    except ValueError:
+        raise VerispecError(f"--tree takes per-depth widths such as 2,2,1,1 or a JSON file, got {spec!r}") from None
+    if not widths or min(widths) < 1:
+        raise VerispecError(f"tree widths must be >= 1, got {spec!r}")
+    return topk_per_depth(widths, max_nodes=max_nodes)

@@ -30,6 +30,7 @@ class LlamaConfig:
     tie_embeddings: bool = True     # output head reuses the input embedding matrix
     head_tokens: int = 0            # > 0: the output head covers only this many tokens (a reduced-vocabulary
                                     # draft); every other token gets probability 0
+    embed_from_target: bool = False  # a draft whose input embedding is its target's (not stored with it)
 
     @property
     def head_dim(self) -> int:
@@ -46,7 +47,7 @@ class LlamaConfig:
            "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
            "num_kv_heads": "num_key_value_heads", "rope_theta": "rope_theta", "rms_eps": "rms_norm_eps",
            "max_position": "max_position_embeddings", "tie_embeddings": "tie_word_embeddings",
-           "head_tokens": "verispec_head_tokens"}
+           "head_tokens": "verispec_head_tokens", "embed_from_target": "verispec_embed_from_target"}
 
     @classmethod
     def from_hf(cls, hf: dict) -> "LlamaConfig":

@@ -87,9 +87,14 @@ def fuse_hf_state(hf: dict[str, torch.Tensor], cfg: LlamaConfig) -> dict[str, to
 
 
 def split_to_hf(model: Llama) -> dict[str, torch.Tensor]:
-    """Inverse of `fuse_hf_state`: our weights under Hugging Face names, ready for safetensors."""
+    """Inverse of `fuse_hf_state`: our weights under Hugging Face names, ready for safetensors.
+
+    A draft with cfg.embed_from_target leaves its (borrowed) input embedding out.
+    """
     cfg, sd = model.cfg, model.state_dict()
-    hf = {"model.embed_tokens.weight": sd["embed.weight"], "model.norm.weight": sd["norm.weight"]}
+    hf = {"model.norm.weight": sd["norm.weight"]}
+    if not cfg.embed_from_target:
+        hf["model.embed_tokens.weight"] = sd["embed.weight"]
     if not cfg.tie_embeddings:
         hf["lm_head.weight"] = sd["lm_head.weight"]
     if cfg.head_tokens:
@@ -119,12 +124,13 @@ def read_config(folder: Path) -> tuple[LlamaConfig, dict]:
 
 
 def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
-         device: str | torch.device = "cpu", pack: bool = True,
-         need_tokenizer: bool = True) -> tuple[Llama, Tokenizer | None, Path]:
+         device: str | torch.device = "cpu", pack: bool = True, need_tokenizer: bool = True,
+         target_embedding: torch.Tensor | None = None) -> tuple[Llama, Tokenizer | None, Path]:
     """Load a model and its tokenizer. spec: None (default model), a model folder or a .gguf file.
 
     pack: prepack matrices for fast CPU inference (the model is then inference-only).
     need_tokenizer: False lets a draft folder without a tokenizer load (its vocabulary size is still checked).
+    target_embedding: for a draft that borrows its target's input embedding ([vocab, D] of the target).
     """
     from safetensors import safe_open
     if dtype not in DTYPES:
@@ -136,6 +142,11 @@ def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
         for f in sorted(folder.glob("*.safetensors")):
             with safe_open(str(f), framework="pt") as st:
                 hf.update({k: st.get_tensor(k) for k in st.keys()})
+        if cfg.embed_from_target:
+            if target_embedding is None or target_embedding.shape != (cfg.vocab_size, cfg.hidden_size):
+                raise VerispecError(f"{folder} is a draft that borrows its target's embedding; use it as --draft "
+                                    "with the target it was trained for")
+            hf["model.embed_tokens.weight"] = target_embedding
         state = fuse_hf_state(hf, cfg)
         with torch.device("meta"):
             model = Llama(cfg)

@@ -38,19 +38,30 @@ class DraftShape:
     kv_heads: int = 2
     intermediate: int = 768
     head_tokens: int = 8192       # 0 = full vocabulary
+    from_target: bool = False     # the target's width, its first `layers` blocks as the start, its embedding
+                                  # borrowed (frozen, not stored with the draft)
+
+    def resolved(self, target: LlamaConfig) -> "DraftShape":
+        if not self.from_target:
+            return self
+        return DraftShape(self.layers, target.hidden_size, target.num_heads, target.num_kv_heads,
+                          target.intermediate_size, self.head_tokens, True)
 
     def config(self, target: LlamaConfig) -> LlamaConfig:
-        return LlamaConfig(vocab_size=target.vocab_size, hidden_size=self.hidden,
-                           intermediate_size=self.intermediate, num_layers=self.layers, num_heads=self.heads,
-                           num_kv_heads=self.kv_heads, rope_theta=target.rope_theta, rms_eps=target.rms_eps,
-                           max_position=target.max_position, tie_embeddings=not self.head_tokens,
-                           head_tokens=self.head_tokens)
+        s = self.resolved(target)
+        return LlamaConfig(vocab_size=target.vocab_size, hidden_size=s.hidden,
+                           intermediate_size=s.intermediate, num_layers=s.layers, num_heads=s.heads,
+                           num_kv_heads=s.kv_heads, rope_theta=target.rope_theta, rms_eps=target.rms_eps,
+                           max_position=target.max_position, tie_embeddings=not s.head_tokens,
+                           head_tokens=s.head_tokens, embed_from_target=s.from_target)
 
 
-def init_draft(target_embed: torch.Tensor, shape: DraftShape, head_ids: torch.Tensor | None,
-               target_cfg: LlamaConfig, seed: int) -> Llama:
-    """A fresh draft: random blocks, embedding (and head rows) from the target's embedding matrix."""
+def init_draft(target: Llama, shape: DraftShape, head_ids: torch.Tensor | None, seed: int) -> Llama:
+    """A fresh draft: embedding (and head rows) from the target's embedding matrix; random blocks, or with
+    shape.from_target the target's first blocks and final norm, and its embedding frozen."""
     torch.manual_seed(seed)
+    target_cfg, target_embed = target.cfg, target.embed.weight.detach()
+    shape = shape.resolved(target_cfg)
     model = Llama(shape.config(target_cfg))
     for name, p in model.named_parameters():
         if p.dim() == 2:
@@ -64,10 +75,16 @@ def init_draft(target_embed: torch.Tensor, shape: DraftShape, head_ids: torch.Te
         e = torch.cat([e, torch.zeros(e.shape[0], shape.hidden - e.shape[1])], 1)
     e = e * (0.02 / e.std())
     with torch.no_grad():
+        if shape.from_target:
+            e = target_embed.float()
+            for mine, theirs in zip(model.layers, target.layers):
+                mine.load_state_dict(theirs.state_dict())
+            model.norm.load_state_dict(target.norm.state_dict())
         model.embed.weight.copy_(e)
         if head_ids is not None:
             model.head_ids.copy_(head_ids)
             model.lm_head.weight.copy_(e[head_ids])
+    model.embed.weight.requires_grad_(not shape.from_target)
     return model
 
 
@@ -124,8 +141,9 @@ class TrainConfig:
 
 
 def make_optimizer(model: Llama, cfg: TrainConfig) -> torch.optim.Optimizer:
-    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
-    rest = [p for n, p in model.named_parameters() if p.dim() < 2]
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() == 2]
+    rest = [p for p in params if p.dim() < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                               {"params": rest, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.95))
 

@@ -38,7 +38,9 @@ def model_card(args, shape, cfg, data_info, metrics, wall_s, coverage) -> str:
              f"- target: {args.model or 'SmolLM2-135M-Instruct (verispec default)'}",
              f"- shape: {json.dumps(asdict(shape))}", f"- training: {json.dumps(asdict(cfg))}",
              f"- data: {data_info}", f"- output head covers {coverage:.2%} of the target's answer tokens",
-             f"- wall time: {wall_s / 60:.1f} min on {torch.get_num_threads()} CPU threads", "",
+             f"- wall time: {wall_s / 60:.1f} min on {torch.get_num_threads()} CPU threads",
+             *([f"- stopped early at step {args.stop_at} of the {cfg.steps}-step schedule (--stop-at)"]
+               if args.stop_at is not None and args.stop_at < cfg.steps else []), "",
              "Held-out metrics (training-split prompts kept aside, target top-32 soft targets):", "",
              "| metric | value |", "| --- | ---: |"]
     lines += [f"| {k} | {v:.4f} |" for k, v in metrics.items()]
@@ -51,10 +53,13 @@ def cmd_train_draft(args) -> int:
     from tqdm import tqdm
     if args.loss not in LOSSES:
         raise VerispecError(f"unknown loss {args.loss!r}: choose from {', '.join(LOSSES)}")
-    shape = DraftShape(args.layers, args.hidden, args.heads, args.kv_heads, args.intermediate, args.head_tokens)
+    shape = DraftShape(args.layers, args.hidden, args.heads, args.kv_heads, args.intermediate, args.head_tokens,
+                       args.from_target)
     cfg = TrainConfig(args.loss, args.steps, args.tokens_per_batch, args.lr, min(args.warmup, args.steps),
                       seed=args.seed)
-    if args.steps < 1 or args.hidden % args.heads or args.heads % args.kv_heads:
+    if args.stop_at is not None and not 1 <= args.stop_at <= args.steps:
+        raise VerispecError(f"--stop-at must be between 1 and --steps ({args.steps}), got {args.stop_at}")
+    if args.steps < 1 or (not args.from_target and (args.hidden % args.heads or args.heads % args.kv_heads)):
         raise VerispecError("need --steps >= 1, --hidden divisible by --heads, --heads by --kv-heads")
     examples = load_examples(args.data, args.max_tokens)
     train = [e for e in examples if not held_out(e.id)]
@@ -64,6 +69,7 @@ def cmd_train_draft(args) -> int:
     if not train or not held:
         raise VerispecError(f"{args.data} has too few examples to train and hold some out")
     target, tok, target_dir = loader.load(args.model, "fp32", "cpu", pack=False)
+    shape = shape.resolved(target.cfg)
     work = Path(str(args.out) + ".work")
     ckpt_path = work / "checkpoint.pt"
     settings = {"shape": asdict(shape), "train": asdict(cfg), "data": str(Path(args.data).resolve()),
@@ -80,7 +86,7 @@ def cmd_train_draft(args) -> int:
     head_index = torch.full((target.cfg.vocab_size,), -1, dtype=torch.long)
     head_index[head_ids if head_ids is not None else torch.arange(target.cfg.vocab_size)] = torch.arange(
         len(head_ids) if head_ids is not None else target.cfg.vocab_size)
-    model = init_draft(target.embed.weight, shape, head_ids, target.cfg, args.seed)
+    model = init_draft(target, shape, head_ids, args.seed)
     opt = make_optimizer(model, cfg)
     step, wall, history = 0, 0.0, []
     if ckpt is not None:
@@ -103,8 +109,9 @@ def cmd_train_draft(args) -> int:
         bar.set_postfix(shown)
 
     t_session = time.perf_counter()
-    while step < cfg.steps:
-        stop = min(cfg.steps, (step // args.eval_every + 1) * args.eval_every)
+    last = cfg.steps if args.stop_at is None else args.stop_at
+    while step < last:
+        stop = min(last, (step // args.eval_every + 1) * args.eval_every)
         train_steps(model, opt, train, head_index, cfg, step, stop, on_step)
         step = stop
         wall += time.perf_counter() - t_session

@@ -1,0 +1,69 @@
+"""`verispec report` end to end on a tiny random model: tables, plots and JSON all written and consistent."""
+from __future__ import annotations
+
+import json
+
+from verispec.cli import main
+from verispec.report import random_prompts
+
+
+def test_report_end_to_end(tmp_path, tiny_dir):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"prompt": f"Repeat: a b c a b c {i}", "category": c})
+                                 for i, c in enumerate(["x", "y"])))
+    out = tmp_path / "report"
+    assert main(["report", "--prompts", str(prompts), "--model", str(tiny_dir), "--methods", "ngram",
+                 "--k", "1,2", "--temperatures", "0,1", "--adversarial", "2", "--limit", "1",
+                 "--max-new-tokens", "6", "--repeats", "1", "--out", str(out)]) == 0
+    figures = json.loads((out / "report.json").read_text())
+    assert set(figures) >= {"meta", "cost_curve", "tree_curve", "draft_cost", "k_sweep", "grid", "adversarial"}
+    sweep = figures["k_sweep"]["methods"]["ngram"]
+    assert [r["k"] for r in sweep["rows"]] == [1, 2, "auto"]
+    assert all(r["predicted_speedup"] > 0 for r in sweep["rows"][:2])
+    assert sweep["rows"][0]["greedy_match_rate"] == 1.0
+    assert set(figures["grid"]) == {"0.0", "1.0"}
+    methods = {r["method"] for r in figures["grid"]["0.0"]}
+    assert {"plain", "ngram", "hf-plain", "hf-ngram"} <= methods          # transformers is a test dependency
+    assert {r["method"] for r in figures["adversarial"]} == {"plain", "ngram"}
+    md = (out / "report.md").read_text()
+    for heading in ("Headline", "Speedup against k", "Correlated acceptances", "By category and temperature",
+                    "Never slower", "Cost", "Plots"):
+        assert f"## {heading}" in md
+    for png in ("speedup_vs_k.png", "alpha_by_position.png", "acceptance_histogram.png",
+                "speedup_by_category.png", "cost_curve.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({png})" in md
+
+
+def test_report_rejects_bad_flags(capsys, tiny_dir, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hi"}))
+    for flags, needle in ((["--temperatures", "hot"], "--temperatures"), (["--k", "2,auto"], "auto is always"),
+                          (["--methods", "plain"], "at least one speculative method")):
+        assert main(["report", "--prompts", str(prompts), "--model", str(tiny_dir), "--out",
+                     str(tmp_path / "r"), *flags]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1
+
+
+def test_random_prompts_are_seeded_and_free_of_stop_tokens(tiny_dir):
+    from verispec.model.tokenizer import Tokenizer
+    tok = Tokenizer(tiny_dir, [2])
+    a, b = random_prompts(tok, 3, seed=1), random_prompts(tok, 3, seed=1)
+    assert a == b and len({p.prompt for p in a}) == 3
+    assert all(2 not in tok.encode(p.prompt) for p in a)
+
+
+def test_profile_writes_a_profile_that_auto_k_reads(tmp_path, tiny_dir):
+    from verispec.autok import CostProfile
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Repeat: a b c a b c", "category": "x"}))
+    out, figures = tmp_path / "profile.json", tmp_path / "figures.json"
+    assert main(["profile", "--prompts", str(prompts), "--model", str(tiny_dir), "--methods", "ngram",
+                 "--limit", "1", "--repeats", "1", "--max-new-tokens", "6", "--out", str(out),
+                 "--json", str(figures)]) == 0
+    p = CostProfile.load(out)
+    assert p.measured and set(p.draft_cost) == {"ngram"} and p.curve[1] == 1.0 and len(p.curve) == 16
+    assert 0 <= p.alpha["ngram"] <= 1
+    report = json.loads(figures.read_text())["methods"]["ngram"]
+    assert report["predicted_speedup"] > 0 and report["explanation"]

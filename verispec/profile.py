@@ -1,0 +1,199 @@
+"""`verispec profile`: measure what speedup depends on, predict speedup from it, and compare with measurement.
+
+Measured on this machine, for the target in the chosen dtype and device:
+- the verify cost curve T(n)/T(1) for chains (n = 1..16) and for token trees of several sizes;
+- each method's draft step cost c, relative to one target pass;
+- acceptance: alpha overall, by draft position and by category, from runs over a prompt set at fixed k;
+- the acceptance-length histogram against the truncated geometric law that independent acceptances give.
+Then, per method: predicted speedup E(alpha, k) / (k c + T(k+1)/T(1)) against the measured speedup, with the gap
+split into its two factors: acceptance (measured MAT / E(alpha, k): below 1 means acceptances are not
+independent, or alpha varies between prompts) and cost (predicted cycle cost / measured cycle cost: below 1 means
+overheads the formula does not see). The profile file feeds `--k auto`.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from .autok import CostProfile
+from .costs import cost_curve
+from .theory import expected_tokens, monotone_curve, speedup, truncated_geometric
+
+
+@torch.inference_mode()
+def tree_costs(model, sizes: list[int], context: int = 256, repeats: int = 5) -> dict[int, float]:
+    """T(tree of n nodes)/T(1) for breadth-first trees of top-2 choices (n nodes plus the root)."""
+    from .tree import build_tree, topk_per_depth
+    device = model.device
+    base = cost_curve(model, [1], context, repeats)[1]
+    full = topk_per_depth([2] * 8, max_nodes=1024)
+    out = {}
+    for n in sizes:
+        tree = build_tree(list(full.choices[:n]))      # breadth-first prefix: still a valid tree
+        cache = model.new_cache(context + n + 1)
+        prefix = torch.randint(0, model.cfg.vocab_size, (1, context), device=device)
+        model(prefix, torch.arange(context, device=device)[None], cache)
+        tokens = torch.randint(0, model.cfg.vocab_size, (1, n + 1), device=device)
+        positions = (context + torch.tensor(tree.depths, device=device))[None]
+        mask = torch.cat([torch.ones(n + 1, context, dtype=torch.bool), tree.ancestry], 1)[None].to(device)
+        times = []
+        for _ in range(repeats + 1):
+            cache.truncate(context)
+            t0 = time.perf_counter()
+            model.logits(model(tokens, positions, cache, mask))
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+        out[n] = statistics.median(times[1:]) / base
+    return out
+
+
+def draft_cost(engine, context_ids: list[int], k: int = 4, repeats: int = 15) -> float:
+    """Seconds per draft token of the engine's proposer, median over repeated proposals at the same point."""
+    from .sampling import SamplingConfig
+    prop = engine.proposer
+    prop.prepare(len(context_ids) + k + 2)
+    g = torch.Generator().manual_seed(0)
+    times = []
+    for _ in range(repeats + 1):
+        prop.propose(context_ids[:-1], 1, SamplingConfig(0.0), g)       # put the proposer one token behind
+        t0 = time.perf_counter()
+        prop.propose(context_ids, k, SamplingConfig(0.0), g)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:]) / k
+
+
+def in_situ_cost(runs: list[dict], method: str) -> float | None:
+    """c as generation pays it: draft seconds per drafted token over plain decoding's seconds per step, pooled
+    over a benchmark's prompts. Higher than `draft_cost` on CPU: between cycles the target's pass evicts the
+    draft's weights from cache, and the draft's catch-up pass after each verification is included."""
+    drafted = sum(r[method]["drafted_tokens"] for r in runs)
+    steps = sum(r["plain"]["target_passes"] - 1 for r in runs)
+    if not drafted or not steps:
+        return None
+    t_plain = sum(r["plain"]["time_verify_s"] for r in runs) / steps
+    return sum(r[method]["time_draft_s"] for r in runs) / drafted / t_plain
+
+
+def correlation_report(histogram: list[int], alpha: float, k: int) -> dict:
+    """Observed accepted-length frequencies against the truncated geometric law with the same alpha."""
+    total = sum(histogram)
+    observed = [h / total for h in histogram] + [0.0] * (k + 1 - len(histogram))
+    expected = truncated_geometric(alpha, k)
+    tv = 0.5 * sum(abs(o - e) for o, e in zip(observed, expected))
+    full_obs, full_exp = observed[k], expected[k]
+    return {"observed": observed, "geometric": expected, "total_variation": tv,
+            "all_accepted_observed": full_obs, "all_accepted_geometric": full_exp}
+
+
+def predicted_vs_measured(row: dict, c: float, curve: dict[int, float], k: int) -> dict:
+    """Split the gap between predicted and measured speedup into acceptance and cost factors."""
+    alpha = row["acceptance_rate"] or 0.0
+    predicted = speedup(alpha, k, c, curve)
+    measured = row["speedup_vs_plain"]
+    e = expected_tokens(alpha, k)
+    mat = row["mean_accepted_tokens"] or 1.0
+    acceptance_factor = mat / e
+    cost_predicted = k * c + curve.get(k + 1, curve[max(curve)])
+    cost_measured = mat / measured if measured else float("inf")
+    return {"alpha": alpha, "k": k, "c": c, "predicted_speedup": predicted, "measured_speedup": measured,
+            "gap": measured / predicted - 1, "expected_tokens": e, "measured_mat": mat,
+            "acceptance_factor": acceptance_factor, "cost_predicted": cost_predicted,
+            "cost_measured": cost_measured, "cost_factor": cost_predicted / cost_measured}
+
+
+def explain(p: dict) -> str:
+    if abs(p["gap"]) <= 0.10:
+        return "within 10%"
+    parts = []
+    if abs(p["acceptance_factor"] - 1) > 0.05:
+        parts.append(f"acceptance x{p['acceptance_factor']:.2f} (MAT {p['measured_mat']:.2f} vs "
+                     f"E = {p['expected_tokens']:.2f}: acceptances not independent / alpha varies by prompt)")
+    if abs(p["cost_factor"] - 1) > 0.05:
+        parts.append(f"cost x{p['cost_factor']:.2f} (a cycle costs {p['cost_measured']:.2f} plain steps, "
+                     f"the model says {p['cost_predicted']:.2f}: overheads outside the cost curve)")
+    return "; ".join(parts) or "small effects on both sides"
+
+
+def build_profile(curve, costs: dict[str, float], alphas: dict[str, float], meta: dict) -> CostProfile:
+    return CostProfile(curve=dict(curve), draft_cost=dict(costs), alpha=dict(alphas), measured=True, meta=meta)
+
+
+def default_profile_path(folder: str, dtype: str, device) -> "Path":
+    from pathlib import Path
+
+    from .model.loader import home
+    return home() / "profiles" / f"{Path(folder).name}-{dtype}-{torch.device(device).type}.json"
+
+
+def cmd_profile(args) -> int:
+    import json
+
+    from .api import Target, make_proposer
+    from .bench import run_bench, select
+    from .engine import Engine, GenerationConfig
+    from .errors import VerispecError
+    from .files import atomic_file
+    from .prompts import load_prompts
+    from .sampling import SamplingConfig
+    methods = [m for m in dict.fromkeys(args.methods.split(",")) if m and m != "plain"]
+    if not methods or not isinstance(args.k, int):
+        raise VerispecError("profile needs at least one speculative method and a fixed --k")
+    prompts = select(load_prompts(args.prompts), args.limit)
+    target = Target.load(args.model, args.dtype, args.device)
+    model = target.model
+    print("measuring the verify cost curve ...")
+    curve = cost_curve(model, list(range(1, 17)), args.context, args.repeats)
+    rel = monotone_curve({n: t / curve[1] for n, t in curve.items()})
+    trees = tree_costs(model, [4, 8, 16, 32, 64], args.context, args.repeats)
+    engines = {"plain": (Engine(model), 1)}
+    costs = {}
+    ctx = target.tokenizer.prompt_ids(prompts[0].prompt)
+    for m in methods:
+        engine = Engine(model, make_proposer(m, target, args.draft, args.ngram_max))
+        engines[m] = (engine, args.k)
+        costs[m] = draft_cost(engine, ctx + ctx[-8:]) / curve[1]
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, sampling=SamplingConfig(args.temperature),
+                           seed=args.seed, stop_token_ids=target.tokenizer.stop_token_ids)
+    print(f"running {', '.join(engines)} on {len(prompts)} prompts at k = {args.k}, T = {args.temperature} ...")
+    results, runs = run_bench(target, engines, prompts, cfg, not args.no_chat)
+    isolated = dict(costs)
+    for m in methods:           # auto k needs the cost generation actually pays
+        costs[m] = in_situ_cost(runs, m) or costs[m]
+    report = {"curve": rel, "tree_curve": trees, "draft_cost": costs, "draft_cost_isolated": isolated,
+              "methods": {}}
+    print(f"\nT(n)/T(1): " + " ".join(f"{n}:{rel[n]:.2f}" for n in (2, 4, 8, 16)) +
+          " | trees: " + " ".join(f"{n}:{v:.2f}" for n, v in trees.items()))
+    print("draft cost c per token, in situ (isolated): " + ", ".join(f"{m} {costs[m]:.3f} ({isolated[m]:.3f})"
+                                                                   for m in methods))
+    print(f"{'method':<8} {'c':>6} {'alpha':>6} {'MAT':>5} {'E(a,k)':>7} {'predicted':>9} {'measured':>9}  gap")
+    alphas = {}
+    for m in methods:
+        row = next(r for r in results if r["method"] == m and r["category"] == "all")
+        p = predicted_vs_measured(row, costs[m], rel, args.k)
+        hist = [0] * (args.k + 1)
+        for r in runs:
+            for n, count in enumerate(r[m]["accepted_length_histogram"]):
+                hist[min(n, args.k)] += count
+        corr = correlation_report(hist, p["alpha"], args.k) if sum(hist) else None
+        by_cat = {r["category"]: r["acceptance_rate"] for r in results if r["method"] == m}
+        alphas[m] = p["alpha"]
+        report["methods"][m] = {**p, "explanation": explain(p), "by_position": row["acceptance_by_position"],
+                                "by_category": by_cat, "histogram": corr}
+        print(f"{m:<8} {costs[m]:>6.3f} {p['alpha']:>6.2f} {p['measured_mat']:>5.2f} {p['expected_tokens']:>7.2f} "
+              f"{p['predicted_speedup']:>8.2f}x {p['measured_speedup']:>8.2f}x  {p['gap']:+.0%}: {explain(p)}")
+        if corr:
+            print(f"         accepted-length histogram vs geometric: TV {corr['total_variation']:.3f}; all {args.k} "
+                  f"accepted {corr['all_accepted_observed']:.2f} observed vs {corr['all_accepted_geometric']:.2f}")
+    meta = {"model": target.folder, "dtype": args.dtype, "device": str(model.device), "k": args.k,
+            "temperature": args.temperature, "prompts": len(prompts)}
+    profile = build_profile(rel, costs, alphas, meta)
+    path = args.out or default_profile_path(target.folder, args.dtype, model.device)
+    profile.save(path)
+    if args.json_out:
+        with atomic_file(args.json_out) as f:
+            json.dump({**report, "meta": meta, "results": results}, f, indent=1, default=float)
+    print(f"\nprofile written to {path}")
+    return 0

@@ -1,0 +1,73 @@
+"""Draft-tree proposer: one draft model expands a static token tree (SpecInfer's top-k branching, one draft).
+
+The tree's shape is fixed (`verispec.tree`): node (r1, ..., rd) holds the draft's r_d-th most likely token after
+the path (r1, ..., r_{d-1}). Drafting takes one draft pass per depth: all nodes of a depth are fed together, each
+attending to the context and its own ancestors only (the tree's ancestry mask over the draft's KV cache).
+Children are deterministic picks (ranked by the draft's logits), so q is None: the verifier treats each child as
+one-hot, and recursive rejection sampling stays exact at every temperature.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..sampling import SamplingConfig
+from ..tree import TokenTree, build_tree, topk_per_depth
+from .base import Proposal
+from .draft_model import DraftModelProposer
+
+DEFAULT_WIDTHS = (2, 2, 1, 1, 1)
+
+
+class DraftTreeProposer(DraftModelProposer):
+    name = "draft-tree"
+
+    def __init__(self, model, tree: TokenTree | None = None):
+        super().__init__(model)
+        self.tree = tree or topk_per_depth(list(DEFAULT_WIDTHS))
+        self._cut: dict[int, TokenTree] = {}
+
+    def _tree(self, depth: int) -> TokenTree:
+        """The tree cut to `depth` levels (the length budget may allow fewer than its full depth)."""
+        if depth >= self.tree.depth:
+            return self.tree
+        if depth not in self._cut:
+            self._cut[depth] = build_tree([c for c in self.tree.choices if len(c) <= depth])
+        return self._cut[depth]
+
+    def _ranked(self, feed: list[int], positions: list[int], mask: torch.Tensor | None) -> torch.Tensor:
+        """Append `feed` to the draft's cache (RoPE at `positions`); return each token's next-token ranking,
+        as vocabulary ids."""
+        device = self.model.device
+        x = torch.tensor([feed], device=device)                                  # [1, m]
+        pos = torch.tensor([positions], device=device)                            # [1, m]
+        hidden = self.model(x, pos, self.cache, mask)                             # [1, m, D]
+        logits = self.model.logits(hidden[0], full=False)                         # [m, head]
+        width = max(self.tree.rank(i) for i in range(1, self.tree.size + 1)) + 1
+        top = logits.topk(min(width, logits.shape[-1]), dim=-1).indices           # [m, width]
+        return self.model.head_ids[top] if self.model.cfg.head_tokens else top
+
+    @torch.inference_mode()
+    def propose(self, context: list[int], k: int, sampling: SamplingConfig,
+                generator: torch.Generator) -> Proposal:
+        tree = self._tree(k)
+        feed = self._sync(context)
+        ctx = len(context)                               # the root, context[-1], sits at position ctx - 1
+        start = self.cache.length
+        ranked = {0: self._ranked(feed, list(range(start, start + len(feed))), None)[-1].tolist()}
+        self.seen.extend(feed)
+        tokens = [0] * tree.size
+        for d in range(1, tree.depth + 1):
+            nodes = [i for i in range(1, tree.size + 1) if tree.depths[i] == d]
+            for i in nodes:
+                tokens[i - 1] = ranked[tree.parents[i]][tree.rank(i)]
+            parents = [i for i in nodes if tree.children(i)]
+            if not parents:
+                break
+            a, b = nodes[0], nodes[-1]                                            # breadth-first: contiguous
+            mask = torch.cat([torch.ones(b - a + 1, ctx, dtype=torch.bool),
+                              tree.ancestry[a:b + 1, 1:b + 1]], 1)[None]           # [1, m, ctx + b]
+            rows = self._ranked(tokens[a - 1:b], [ctx - 1 + d] * (b - a + 1), mask.to(self.model.device))
+            for i in parents:
+                ranked[i] = rows[i - a].tolist()
+        self.cache.truncate(ctx)                         # keep only the context: the tree's slots are scratch
+        return Proposal(tokens, None, tree)
