@@ -72,3 +72,14 @@ def test_noisy_cost_curve_is_made_physical_so_auto_k_can_still_fall_back():
     assert monotone_curve(noisy) == {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.05, 5: 1.05, 6: 1.2}
     auto = CostProfile(curve=noisy, draft_cost={"draft": 0.1}, alpha={"draft": 0.02}).chooser("draft")
     assert auto.next_k() == 0          # with T(2) = 0.81 taken at face value, k = 1 would look like a win
+
+
+def test_auto_k_needs_a_predicted_gain_above_the_margin():
+    from verispec.autok import MARGIN, AutoK
+    from verispec.theory import best_k, speedup
+    curve = {n: 1 + 0.05 * (n - 1) for n in range(1, 17)}
+    for alpha in (0.2, 0.25, 0.3, 0.35, 0.5, 0.8):
+        auto = AutoK(c=0.1, curve=curve, prior_alpha=alpha, prior_weight=1e9)
+        k = best_k(alpha, 0.1, curve, 12)
+        gain = speedup(alpha, k, 0.1, curve)
+        assert auto.next_k() == (k if gain >= 1 + MARGIN else 0), alpha
