@@ -66,7 +66,8 @@ class Engine:
 
     def capacity_needed(self, prompt_len: int, cfg: GenerationConfig) -> int:
         k = 0 if self.proposer is None else cfg.longest_draft
-        return prompt_len + cfg.max_new_tokens + k + 1
+        tree = getattr(self.proposer, "tree", None)        # a tree proposer verifies all its nodes at once
+        return prompt_len + cfg.max_new_tokens + max(k, tree.size if tree is not None else 0) + 1
 
     def check_fits(self, prompt_len: int, cfg: GenerationConfig) -> None:
         limit = self.target.cfg.max_position

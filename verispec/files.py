@@ -23,6 +23,9 @@ def atomic_dir(dest: Path):
     tmp.chmod(0o755)
     try:
         yield tmp
+        for f in tmp.rglob("*"):                 # files some writers create 0600; give them the usual mode
+            if f.is_file():
+                f.chmod(0o666 & ~_umask())
         if dest.exists():
             old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
             os.rename(dest, old)

@@ -26,6 +26,9 @@ class DraftTreeProposer(DraftModelProposer):
         self.tree = tree or topk_per_depth(list(DEFAULT_WIDTHS))
         self._cut: dict[int, TokenTree] = {}
 
+    def prepare(self, capacity: int) -> None:
+        super().prepare(capacity + self.tree.size)    # the tree's nodes sit in the draft's cache while drafting
+
     def _tree(self, depth: int) -> TokenTree:
         """The tree cut to `depth` levels (the length budget may allow fewer than its full depth)."""
         if depth >= self.tree.depth:
