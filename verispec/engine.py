@@ -61,12 +61,17 @@ class Engine:
         self.cached_tokens: list[int] = []      # tokens whose keys/values are in self.cache
 
     @property
+    def static_tree(self):
+        """The token tree a tree proposer fills every cycle; None for chains and plain decoding."""
+        return getattr(self.proposer, "tree", None)
+
+    @property
     def method(self) -> str:
         return "plain" if self.proposer is None else self.proposer.name
 
     def capacity_needed(self, prompt_len: int, cfg: GenerationConfig) -> int:
         k = 0 if self.proposer is None else cfg.longest_draft
-        tree = getattr(self.proposer, "tree", None)        # a tree proposer verifies all its nodes at once
+        tree = self.static_tree            # a tree proposer verifies all its nodes at once (its draft caches them)
         return prompt_len + cfg.max_new_tokens + max(k, tree.size if tree is not None else 0) + 1
 
     def check_fits(self, prompt_len: int, cfg: GenerationConfig) -> None:
@@ -113,7 +118,7 @@ class Engine:
         logits = self._prefill(prompt, capacity, reuse_prefix)
         stats.target_passes = 1
         # k = "auto": chains choose k every cycle; tree proposers draft their whole tree (up to k_max levels)
-        chains = self.proposer is not None and getattr(self.proposer, "tree", None) is None
+        chains = self.proposer is not None and self.static_tree is None
         auto = self.profile.chooser(self.method, cfg.k_max) if cfg.k == "auto" and chains else None
         first = sample(probs(logits[:, 0], cfg.sampling), torch.rand(1, generator=gen).to(device))  # [1]
         out = [int(first)]

@@ -25,9 +25,7 @@ class DraftTreeProposer(DraftModelProposer):
         super().__init__(model)
         self.tree = tree or topk_per_depth(list(DEFAULT_WIDTHS))
         self._cut: dict[int, TokenTree] = {}
-
-    def prepare(self, capacity: int) -> None:
-        super().prepare(capacity + self.tree.size)    # the tree's nodes sit in the draft's cache while drafting
+        self.width = max(self.tree.rank(i) for i in range(1, self.tree.size + 1)) + 1   # children per node, at most
 
     def _tree(self, depth: int) -> TokenTree:
         """The tree cut to `depth` levels (the length budget may allow fewer than its full depth)."""
@@ -45,8 +43,7 @@ class DraftTreeProposer(DraftModelProposer):
         pos = torch.tensor([positions], device=device)                            # [1, m]
         hidden = self.model(x, pos, self.cache, mask)                             # [1, m, D]
         logits = self.model.logits(hidden[0], full=False)                         # [m, head]
-        width = max(self.tree.rank(i) for i in range(1, self.tree.size + 1)) + 1
-        top = logits.topk(min(width, logits.shape[-1]), dim=-1).indices           # [m, width]
+        top = logits.topk(min(self.width, logits.shape[-1]), dim=-1).indices      # [m, width]
         return self.model.head_ids[top] if self.model.cfg.head_tokens else top
 
     @torch.inference_mode()
