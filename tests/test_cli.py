@@ -130,14 +130,24 @@ def test_bench_writes_json(tmp_path, tiny_dir):
                                  for i, c in enumerate(["x", "y", "x"])))
     out = tmp_path / "r.json"
     assert main(["bench", "--prompts", str(prompts), "--model", str(tiny_dir), "--methods", "plain,ngram",
-                 "--max-new-tokens", "6", "--json", str(out)]) == 0
+                 "--max-new-tokens", "6", "--json", str(out), "--repeats", "3"]) == 0
     rows = json.loads(out.read_text())["results"]
+    assert json.loads(out.read_text())["environment"]["repeats"] == 3
     assert {(r["method"], r["category"]) for r in rows} == {(m, c) for m in ("plain", "ngram")
                                                             for c in ("all", "x", "y")}
     for r in rows:
         assert set(r) >= {"method", "category", "tokens_per_s", "speedup_vs_plain", "mean_accepted_tokens",
                           "acceptance_rate", "greedy_match_rate"}
         assert r["greedy_match_rate"] == 1.0
+
+
+def test_bench_refuses_zero_repeats_and_typical_acceptance_on_chains(tmp_path, tiny_dir, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "hi"}))
+    assert main(["bench", "--prompts", str(prompts), "--model", str(tiny_dir), "--repeats", "0"]) == 2
+    assert "--repeats must be >= 1" in capsys.readouterr().err
+    assert main(["generate", "hi", "--model", str(tiny_dir), "--method", "ngram", "--acceptance", "typical"]) == 2
+    assert "typical acceptance needs a tree method" in capsys.readouterr().err
 
 
 def test_python_dash_m_works(tiny_dir):

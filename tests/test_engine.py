@@ -123,9 +123,24 @@ def test_prefix_reuse_gives_the_same_output(target_fp32):
     assert engine.generate(ids, cfg, reuse_prefix=True).token_ids == fresh
 
 
-def test_draft_tree_greedy_equals_plain(target_fp32, plain_outputs, truncated_draft_dir):
+def test_draft_tree_greedy_equals_plain(target_fp32, plain_outputs):
+    from verispec.api import DEFAULT_DRAFT
     from verispec.proposers.draft_tree import DraftTreeProposer
-    draft, _, _ = loader.load(truncated_draft_dir, "fp32")
     model, tok = target_fp32
+    draft, _, _ = loader.load(DEFAULT_DRAFT, "fp32", need_tokenizer=False, target_embedding=model.embed.weight)
     drafted, accepted = check_greedy_equal(model, tok, DraftTreeProposer(draft), plain_outputs, k=4)
+    assert accepted > 0
+
+
+def test_shipped_medusa_heads_greedy_equal_plain(target_fp32, plain_outputs):
+    import torch
+
+    from verispec.api import DEFAULT_MEDUSA
+    from verispec.model.medusa import load_heads
+    from verispec.proposers.medusa import MedusaProposer
+    from verispec.tree import tree_from_acceptance
+    model, tok = target_fp32
+    heads, trees = load_heads(DEFAULT_MEDUSA, model.embed.weight, torch.float32)
+    tree = tree_from_acceptance(trees["acceptance"], 16)[0]
+    drafted, accepted = check_greedy_equal(model, tok, MedusaProposer(heads, tree), plain_outputs, k=8)
     assert accepted > 0

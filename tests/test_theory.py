@@ -50,11 +50,28 @@ def test_auto_k_drops_to_plain_when_drafts_fail_and_probes_again():
     for _ in range(15):                     # every first draft token rejected: alpha far below break-even
         auto.update(checked=1, accepted=0)
     assert auto.alpha < 0.11                # k = 1 pays only above c + T(2)/T(1) - 1 = 0.11
-    ks = [auto.next_k() for _ in range(8)]
-    assert ks.count(0) == 6 and ks.count(1) == 2   # plain decoding, with a k = 1 probe every 4 cycles
+    ks = [auto.next_k() for _ in range(4)]
+    assert ks == [0, 0, 0, 1]               # plain decoding, then a k = 1 probe after 4 cycles
     for _ in range(10):                     # the text turns predictable
         auto.update(checked=4, accepted=4)
     assert auto.next_k() >= 6
+
+
+def test_auto_k_probes_less_and_less_while_probes_fail_and_resets_when_drafts_pay():
+    from verispec.autok import AutoK
+    curve = {n: 1 + 0.05 * (n - 1) for n in range(1, 17)}
+    auto = AutoK(c=0.06, curve=curve, prior_alpha=0.01, prior_weight=50, probe_every=4, max_probe_every=16)
+    probes = []
+    for cycle in range(80):
+        k = auto.next_k()
+        if k:
+            probes.append(cycle)
+            auto.update(checked=1, accepted=0)          # every probe fails
+    gaps = [b - a for a, b in zip(probes, probes[1:])]
+    assert probes[0] == 3 and gaps[:3] == [8, 16, 16] and set(gaps[3:]) == {16}   # 4, then 8, 16, capped
+    for _ in range(30):                                 # a probe succeeds, and the text turns predictable
+        auto.update(checked=4, accepted=4)
+    assert auto.next_k() > 1 and auto.probe_every == 4
 
 
 def test_profile_round_trip(tmp_path):
@@ -83,3 +100,17 @@ def test_auto_k_needs_a_predicted_gain_above_the_margin():
         k = best_k(alpha, 0.1, curve, 12)
         gain = speedup(alpha, k, 0.1, curve)
         assert auto.next_k() == (k if gain >= 1 + MARGIN else 0), alpha
+
+
+def test_auto_tree_verifies_while_the_tree_pays_and_decodes_plainly_when_it_does_not():
+    from verispec.autok import MARGIN, AutoTree
+    auto = AutoTree(cost=1.5, depth=3, prior_accepted=1.0, probe_every=4, max_probe_every=8)
+    assert auto.next_k() == 3                      # (1 + 1.0) / 1.5 = 1.33 > 1 + margin
+    for _ in range(20):                            # nothing accepted (high temperature): 1 / 1.5 < 1
+        auto.update(checked=1, accepted=0)
+    ks = [auto.next_k() for _ in range(20)]
+    assert ks[:4] == [0, 0, 0, 3] and ks.count(3) == 3       # probes at 4, then 8 apart
+    for _ in range(20):
+        auto.update(checked=3, accepted=2)
+    assert (1 + auto.mean_accepted) / 1.5 > 1 + MARGIN and auto.next_k() == 3
+    assert AutoTree(cost=1.5, depth=3, prior_accepted=0.55).next_k() == 3      # a predicted 3% gain is enough

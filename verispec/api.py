@@ -21,8 +21,9 @@ from .model.tokenizer import StreamDecoder, Tokenizer
 from .proposers.base import Proposer
 from .sampling import SamplingConfig
 
-METHODS = ("plain", "ngram", "draft", "draft-tree")
+METHODS = ("plain", "ngram", "draft", "draft-tree", "medusa")
 DEFAULT_DRAFT = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-draft"
+DEFAULT_MEDUSA = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-medusa"
 SHIPPED_PROFILES = Path(__file__).parent / "profiles"
 
 
@@ -62,14 +63,14 @@ class Target:
         return CostProfile()
 
 
-def default_draft(target: Target) -> str:
-    """The shipped distilled draft, for the default target only."""
+def default_draft(target: Target, shipped: Path = DEFAULT_DRAFT, what: str = "draft") -> str:
+    """The shipped distilled draft (or Medusa heads), for the default target only."""
     if not target.is_default:
-        raise VerispecError("--method draft needs --draft PATH for this model (a Llama-family model sharing its "
-                            "tokenizer); the shipped draft only fits the default SmolLM2-135M-Instruct")
-    if not (DEFAULT_DRAFT / "config.json").exists():
-        raise VerispecError(f"the shipped draft is missing from {DEFAULT_DRAFT}; pass --draft PATH")
-    return str(DEFAULT_DRAFT)
+        raise VerispecError(f"--method {what} needs --draft PATH for this model (trained for it with `verispec "
+                            f"train-{what}`); the shipped {what} only fits the default SmolLM2-135M-Instruct")
+    if not (shipped / "config.json").exists():
+        raise VerispecError(f"the shipped {what} is missing from {shipped}; pass --draft PATH")
+    return str(shipped)
 
 
 def make_proposer(method: str, target: Target, draft: str | None = None, ngram_max: int = 3,
@@ -87,6 +88,8 @@ def make_proposer(method: str, target: Target, draft: str | None = None, ngram_m
         from .proposers.draft_tree import DraftTreeProposer
         from .tree import parse_tree
         return DraftTreeProposer(load_draft(target, draft), parse_tree(tree) if tree else None)
+    if method == "medusa":
+        return medusa_proposer(target, draft, tree)
     raise VerispecError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
 
 
@@ -96,6 +99,30 @@ def load_draft(target: Target, draft: str | None = None) -> Llama:
                                 need_tokenizer=False, target_embedding=target.model.embed.weight)
     check_same_vocab(target, model, tok)
     return model
+
+
+def medusa_proposer(target: Target, heads: str | None = None, tree: str | None = None):
+    """Medusa heads (default: the shipped ones) with `tree`: None or "auto" (the size the cost profile predicts
+    fastest), a node count ("32": the best tree of that size from the heads' measured accuracies), per-depth
+    widths ("3,2,1") or a JSON file of paths."""
+    from .model.medusa import load_heads
+    from .proposers.medusa import MedusaProposer, auto_tree
+    from .tree import parse_tree, tree_from_acceptance
+    folder = heads or default_draft(target, DEFAULT_MEDUSA, "medusa")
+    model, trees = load_heads(folder, target.model.embed.weight, target.model.dtype)
+    acceptance = trees["acceptance"]
+    if tree in (None, "auto"):
+        profile = target.profile()
+        shape, _ = auto_tree(acceptance, profile.tree_cost, profile.draft_cost.get("medusa", 0.0))
+    elif tree.isdigit():
+        if not 1 <= int(tree) <= 256:
+            raise VerispecError(f"a Medusa tree takes 1 to 256 nodes, got {tree}")
+        shape = tree_from_acceptance(acceptance, int(tree))[0]
+    else:
+        shape = parse_tree(tree)
+    if shape.depth > model.num_heads:
+        raise VerispecError(f"the tree is {shape.depth} deep but {folder} has only {model.num_heads} heads")
+    return MedusaProposer(model, shape, acceptance)
 
 
 def make_engine(method: str, target: Target, draft: str | None = None, ngram_max: int = 3,
@@ -130,9 +157,9 @@ class Speculator:
 
     def generate(self, prompt: str, max_new_tokens: int = 128, k: int | str = "auto", temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, chat: bool = True,
-                 on_text=None) -> Result:
+                 on_text=None, acceptance: str = "exact") -> Result:
         tok = self.target.tokenizer
-        cfg = GenerationConfig(max_new_tokens=max_new_tokens, k=k, seed=seed,
+        cfg = GenerationConfig(max_new_tokens=max_new_tokens, k=k, seed=seed, acceptance=acceptance,
                                sampling=SamplingConfig(temperature, top_k, top_p),
                                stop_token_ids=tok.stop_token_ids)
         stream = StreamDecoder(tok)

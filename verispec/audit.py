@@ -90,6 +90,8 @@ def audit_tests(a: list[tuple], b: list[tuple], level: float) -> tuple[list[tupl
 def cmd_audit(args) -> int:
     from tqdm import tqdm
 
+    from dataclasses import replace
+
     from .api import Target, make_engine
     from .cli import check_decoding_flags
     from .engine import Engine, GenerationConfig
@@ -98,23 +100,26 @@ def cmd_audit(args) -> int:
     if args.samples < 10 or args.tokens < 1:
         raise VerispecError("audit needs --samples >= 10 and --tokens >= 1")
     if args.method == "plain":
-        raise VerispecError("audit compares a speculative method with plain sampling; pick ngram or draft")
+        raise VerispecError("audit compares a speculative method with plain sampling; pick ngram, draft, "
+                            "draft-tree or medusa")
     target = Target.load(args.model, args.dtype, args.device)
     plain = Engine(target.model)
     spec = make_engine(args.method, target, args.draft, args.ngram_max, args.tree)
-    cfg = GenerationConfig(max_new_tokens=args.tokens, k=args.k, seed=args.seed,
+    cfg = GenerationConfig(max_new_tokens=args.tokens, k=args.k, seed=args.seed, acceptance=args.acceptance,
                            sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
                            stop_token_ids=target.tokenizer.stop_token_ids)
     ids = target.tokenizer.prompt_ids(args.prompt, not args.no_chat)
     with tqdm(total=2 * args.samples, desc="audit", unit="sample", file=sys.stderr) as bar:
-        a, _, _ = sample_sequences(plain, ids, cfg, args.samples, args.seed, bar)
+        a, _, _ = sample_sequences(plain, ids, replace(cfg, acceptance="exact"), args.samples, args.seed, bar)
         b, drafted, accepted = sample_sequences(spec, ids, cfg, args.samples, args.seed + SEED_OFFSET, bar)
     if drafted == 0:
         raise VerispecError(f"{args.method} drafted nothing on this prompt, so the audit cannot test it; "
                             "try a prompt whose answer repeats its input, or more --tokens")
     tests, combined = audit_tests(a, b, args.level)
     passed = combined >= args.level
-    print(f"audit {args.method} vs plain: {args.samples} samples each of the first {args.tokens} tokens, "
+    lossy = " (typical acceptance: LOSSY, a FAIL is expected; the TVs measure how far it is)" \
+        if args.acceptance == "typical" else ""
+    print(f"audit {args.method}{lossy} vs plain: {args.samples} samples each of the first {args.tokens} tokens, "
           f"T={args.temperature}, top-p={args.top_p}, top-k={args.top_k}, k={args.k}")
     print(f"  {args.method} drafted {drafted} tokens and accepted {accepted} across its runs")
     for name, r in tests:

@@ -4,7 +4,9 @@ The prediction is `theory.speedup(alpha, k, c, T)`: the cost curve T(n)/T(1) and
 measured profile (`verispec profile`), alpha from a running estimate for the request at hand: a Beta prior centred
 on the method's profiled alpha, updated after every cycle with the draft tokens checked and accepted, older cycles
 fading geometrically so the estimate follows the text. When no k is predicted to win by more than MARGIN, k = 0
-(plain decoding); every `probe_every` such cycles one k = 1 probe keeps the estimate alive.
+(plain decoding); after `probe_every` such cycles one k = 1 probe keeps the estimate alive, and each probe
+that leaves the choice at k = 0 doubles the wait before the next (up to `max_probe_every`): on text where drafts
+keep failing, probing fades to a few cycles in a hundred.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import VerispecError
-from .theory import best_k, monotone_curve, speedup
+from .theory import best_k, cost_ratio, monotone_curve, speedup
 
 DEFAULT_ALPHA = {"ngram": 0.45, "draft": 0.55}
 # Speculate only where the formula predicts a gain above 10%: it does not see per-cycle overheads (sampling over
@@ -29,36 +31,80 @@ class CostProfile:
     alpha: dict[str, float] = field(default_factory=lambda: dict(DEFAULT_ALPHA))
     measured: bool = False     # False: the built-in defaults (a bf16 CPU profile of the default model)
     meta: dict = field(default_factory=dict)
+    tree_curve: dict[int, float] = field(default_factory=dict)   # tree of n nodes (+ root): T(n + 1)/T(1)
 
     def __post_init__(self):
         self.curve = monotone_curve(self.curve)
+        self.tree_curve = monotone_curve(self.tree_curve) if self.tree_curve else {}
+
+    def tree_cost(self, nodes: int) -> float:
+        """T(1 + nodes)/T(1) for a token tree: interpolated from the measured tree sizes, else the chain curve."""
+        if not self.tree_curve:
+            return cost_ratio(self.curve, nodes + 1)
+        points = sorted({0: 1.0, **self.tree_curve}.items())
+        for (n0, v0), (n1, v1) in zip(points, points[1:]):
+            if nodes <= n1:
+                return v0 + (v1 - v0) * (nodes - n0) / (n1 - n0)
+        (n0, v0), (n1, v1) = points[-2], points[-1]
+        return v1 + (v1 - v0) * (nodes - n1) / (n1 - n0)
 
     @classmethod
     def load(cls, path: str | Path) -> "CostProfile":
         try:
             d = json.loads(Path(path).read_text())
             return cls({int(n): float(v) for n, v in d["curve"].items()}, d["draft_cost"], d["alpha"],
-                       d.get("measured", True), d.get("meta", {}))
+                       d.get("measured", True), d.get("meta", {}),
+                       {int(n): float(v) for n, v in d.get("tree_curve", {}).items()})
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise VerispecError(f"cannot read profile {path}: {e}") from None
 
     def save(self, path: str | Path) -> None:
         from .files import atomic_file
         with atomic_file(path) as f:
-            json.dump({**asdict(self), "curve": {str(n): v for n, v in self.curve.items()}}, f, indent=1)
+            json.dump({**asdict(self), "curve": {str(n): v for n, v in self.curve.items()},
+                       "tree_curve": {str(n): v for n, v in self.tree_curve.items()}}, f, indent=1)
 
     def chooser(self, method: str, k_max: int = 12) -> "AutoK":
         return AutoK(self.draft_cost.get(method, 0.05), self.curve, self.alpha.get(method, 0.5), k_max=k_max)
 
+    def tree_chooser(self, method: str, tree, expected_accepted: float) -> "AutoTree":
+        return AutoTree(self.tree_cost(tree.size) + self.draft_cost.get(method, 0.05), tree.depth,
+                        expected_accepted)
 
-class AutoK:
-    def __init__(self, c: float, curve: dict[int, float], prior_alpha: float, prior_weight: float = 4.0,
-                 forget: float = 0.9, k_max: int = 12, probe_every: int = 8, margin: float = MARGIN):
-        self.c, self.curve, self.k_max, self.forget, self.probe_every = c, curve, k_max, forget, probe_every
+
+class _Probing:
+    """Fall back to plain decoding (k = 0) when speculation is predicted to lose; probe now and then.
+
+    After `probe_every` plain cycles one speculative probe keeps the estimate alive; each probe that leaves the
+    choice at plain decoding doubles the wait before the next (up to `max_probe_every`)."""
+
+    def __init__(self, probe_every: int, max_probe_every: int, margin: float):
+        self.base_probe_every, self.max_probe_every, self.probe_every = probe_every, max_probe_every, probe_every
         self.margin = margin
+        self.idle = 0
+
+    def _gate(self, k: int, probe_k: int) -> int:
+        if k == 0:
+            if self.idle < 0:             # the last cycle was a probe, and it did not pay: wait longer next time
+                self.probe_every = min(2 * self.probe_every, self.max_probe_every)
+                self.idle = 0
+            self.idle += 1
+            if self.idle >= self.probe_every:
+                self.idle = -1
+                return probe_k
+            return 0
+        self.idle, self.probe_every = 0, self.base_probe_every
+        return k
+
+
+class AutoK(_Probing):
+    def __init__(self, c: float, curve: dict[int, float], prior_alpha: float, prior_weight: float = 4.0,
+                 forget: float = 0.9, k_max: int = 12, probe_every: int = 8, max_probe_every: int = 64,
+                 margin: float = MARGIN):
+        super().__init__(probe_every, max_probe_every, margin)
+        self.c, self.curve, self.k_max, self.forget = c, curve, k_max, forget
         self.accepted = prior_alpha * prior_weight
         self.rejected = (1 - prior_alpha) * prior_weight
-        self.idle = 0
 
     @property
     def alpha(self) -> float:
@@ -68,15 +114,41 @@ class AutoK:
         k = best_k(self.alpha, self.c, self.curve, self.k_max)
         if k and speedup(self.alpha, k, self.c, self.curve) < 1 + self.margin:
             k = 0
-        if k == 0:
-            self.idle += 1
-            if self.idle >= self.probe_every:
-                self.idle = 0
-                return 1
-        return k
+        return self._gate(k, 1)
 
     def update(self, checked: int, accepted: int) -> None:
         if checked == 0:
             return
         self.accepted = self.forget * self.accepted + accepted
         self.rejected = self.forget * self.rejected + (checked - accepted)
+
+
+class AutoTree(_Probing):
+    """The same decision for a fixed token tree: verify it (k = its depth) or decode plainly (k = 0).
+
+    Predicted speedup (1 + m) / (T(1 + n)/T(1) + c), m a running mean of accepted tokens per tree cycle that
+    starts from the tree's expected value (measured at temperature 0) and follows what this request accepts;
+    at higher temperatures deterministic candidates are accepted less often, and the gate closes. No margin by
+    default: c here is the per-cycle cost measured in situ, overheads included (the chain model's c is per token
+    and misses the per-cycle ones, hence MARGIN there); the profile predicted Medusa within 4%. A tree's yield
+    per cycle (0, 1, 2 ... tokens) is noisier than one chain token's acceptance, hence a longer memory."""
+
+    def __init__(self, cost: float, depth: int, prior_accepted: float, prior_weight: float = 8.0,
+                 forget: float = 0.95, probe_every: int = 8, max_probe_every: int = 64, margin: float = 0.0):
+        super().__init__(probe_every, max_probe_every, margin)
+        self.cost, self.depth, self.forget = cost, depth, forget
+        self.total, self.weight = prior_accepted * prior_weight, prior_weight
+
+    @property
+    def mean_accepted(self) -> float:
+        return self.total / self.weight
+
+    def next_k(self) -> int:
+        return self._gate(self.depth if (1 + self.mean_accepted) / self.cost >= 1 + self.margin else 0,
+                          self.depth)
+
+    def update(self, checked: int, accepted: int) -> None:
+        if checked == 0:
+            return
+        self.total = self.forget * self.total + accepted
+        self.weight = self.forget * self.weight + 1

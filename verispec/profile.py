@@ -51,30 +51,39 @@ def tree_costs(model, sizes: list[int], context: int = 256, repeats: int = 5) ->
 
 
 def draft_cost(engine, context_ids: list[int], k: int = 4, repeats: int = 15) -> float:
-    """Seconds per draft token of the engine's proposer, median over repeated proposals at the same point."""
+    """Seconds per draft token of the engine's proposer (per whole tree for tree proposers), median over
+    repeated proposals at the same point."""
     from .sampling import SamplingConfig
-    prop = engine.proposer
-    prop.prepare(len(context_ids) + k + 2)
+    prop, tree = engine.proposer, engine.static_tree
+    prop.prepare(len(context_ids) + max(k, tree.size if tree else 0) + 2)
     g = torch.Generator().manual_seed(0)
     times = []
     for _ in range(repeats + 1):
         prop.propose(context_ids[:-1], 1, SamplingConfig(0.0), g)       # put the proposer one token behind
+        if hasattr(prop, "observe"):                                    # it drafts from the target's features
+            prop.observe(torch.zeros(1, engine.target.cfg.hidden_size, dtype=engine.target.dtype,
+                                     device=engine.target.device))
         t0 = time.perf_counter()
-        prop.propose(context_ids, k, SamplingConfig(0.0), g)
+        prop.propose(context_ids, tree.depth if tree else k, SamplingConfig(0.0), g)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:]) / k
+    return statistics.median(times[1:]) / (1 if tree else k)
 
 
 def in_situ_cost(runs: list[dict], method: str) -> float | None:
-    """c as generation pays it: draft seconds per drafted token over plain decoding's seconds per step, pooled
-    over a benchmark's prompts. Higher than `draft_cost` on CPU: between cycles the target's pass evicts the
-    draft's weights from cache, and the draft's catch-up pass after each verification is included."""
-    drafted = sum(r[method]["drafted_tokens"] for r in runs)
+    """c as generation pays it: draft seconds per drafted token (per cycle for tree methods) over plain
+    decoding's seconds per step, pooled over a benchmark's prompts. Higher than `draft_cost` on CPU: between
+    cycles the target's pass evicts the draft's weights from cache, and the draft's catch-up pass after each
+    verification is included."""
+    per_cycle = method in TREE_METHODS
+    drafted = sum(r[method]["target_passes" if per_cycle else "drafted_tokens"] - per_cycle for r in runs)
     steps = sum(r["plain"]["target_passes"] - 1 for r in runs)
     if not drafted or not steps:
         return None
     t_plain = sum(r["plain"]["time_verify_s"] for r in runs) / steps
     return sum(r[method]["time_draft_s"] for r in runs) / drafted / t_plain
+
+
+TREE_METHODS = ("draft-tree", "medusa")     # c is per cycle (a whole tree), and the chain formula does not apply
 
 
 def correlation_report(histogram: list[int], alpha: float, k: int) -> dict:
@@ -117,8 +126,25 @@ def explain(p: dict) -> str:
     return "; ".join(parts) or "small effects on both sides"
 
 
-def build_profile(curve, costs: dict[str, float], alphas: dict[str, float], meta: dict) -> CostProfile:
-    return CostProfile(curve=dict(curve), draft_cost=dict(costs), alpha=dict(alphas), measured=True, meta=meta)
+def build_profile(curve, costs: dict[str, float], alphas: dict[str, float], meta: dict,
+                  tree_curve: dict[int, float] | None = None) -> CostProfile:
+    return CostProfile(curve=dict(curve), draft_cost=dict(costs), alpha=dict(alphas), measured=True, meta=meta,
+                       tree_curve=dict(tree_curve or {}))
+
+
+def tree_row(engine, row: dict, c: float, tree_cost) -> dict:
+    """A tree method's predicted speedup (1 + E[accepted]) / (T(1 + n)/T(1) + c), where the proposer knows
+    E[accepted] (Medusa: from its heads' measured accuracy), against the measured one."""
+    tree = engine.static_tree
+    e = getattr(engine.proposer, "expected_accepted", None)
+    out = {"tree_nodes": tree.size, "tree_depth": tree.depth, "c_per_cycle": c,
+           "measured_mat": row["mean_accepted_tokens"], "measured_speedup": row["speedup_vs_plain"],
+           "expected_tokens": None if e is None else 1 + e,
+           "predicted_speedup": None if e is None else (1 + e) / (tree_cost(tree.size) + c)}
+    pred = "-" if e is None else f"{out['predicted_speedup']:.2f}x (E {1 + e:.2f})"
+    print(f"{engine.method:<8} tree of {tree.size} nodes, c {c:.3f} per cycle: MAT {out['measured_mat']:.2f}, "
+          f"predicted {pred}, measured {out['measured_speedup']:.2f}x")
+    return out
 
 
 def default_profile_path(folder: str, dtype: str, device) -> "Path":
@@ -170,8 +196,12 @@ def cmd_profile(args) -> int:
                                                                    for m in methods))
     print(f"{'method':<8} {'c':>6} {'alpha':>6} {'MAT':>5} {'E(a,k)':>7} {'predicted':>9} {'measured':>9}  gap")
     alphas = {}
+    tree_cost = CostProfile(curve=rel, tree_curve=trees).tree_cost
     for m in methods:
         row = next(r for r in results if r["method"] == m and r["category"] == "all")
+        if m in TREE_METHODS:
+            report["methods"][m] = tree_row(engines[m][0], row, costs[m], tree_cost)
+            continue
         p = predicted_vs_measured(row, costs[m], rel, args.k)
         hist = [0] * (args.k + 1)
         for r in runs:
@@ -189,7 +219,7 @@ def cmd_profile(args) -> int:
                   f"accepted {corr['all_accepted_observed']:.2f} observed vs {corr['all_accepted_geometric']:.2f}")
     meta = {"model": target.folder, "dtype": args.dtype, "device": str(model.device), "k": args.k,
             "temperature": args.temperature, "prompts": len(prompts)}
-    profile = build_profile(rel, costs, alphas, meta)
+    profile = build_profile(rel, costs, alphas, meta, trees)
     path = args.out or default_profile_path(target.folder, args.dtype, model.device)
     profile.save(path)
     if args.json_out:

@@ -31,6 +31,7 @@ class GenerationStats:
     time_draft_s: float = 0.0
     time_verify_s: float = 0.0
     time_total_s: float = 0.0
+    lossy: bool = False         # typical acceptance: output not distributed exactly as the target's
     _decode_emitted: int = 0
 
     def record_cycle(self, drafted: int, accepted: int, emitted: int, depth: int | None = None) -> None:
@@ -89,5 +90,6 @@ class GenerationStats:
             "time_other_s": max(0.0, self.time_total_s - self.time_prefill_s - self.time_draft_s
                                 - self.time_verify_s),
             "time_total_s": self.time_total_s,
+            "lossy": self.lossy,
         }
 

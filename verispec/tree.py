@@ -12,6 +12,7 @@ token, already emitted) is implicit at index 0; nodes follow in breadth-first or
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
 
@@ -41,6 +42,10 @@ class TokenTree:
     def rank(self, node: int) -> int:
         """A node's choice rank among its siblings (its path's last element)."""
         return self.choices[node - 1][-1]
+
+    def cut(self, depth: int) -> "TokenTree":
+        """The tree without its nodes deeper than `depth` (>= 1): what fits a shorter length budget."""
+        return self if depth >= self.depth else _cut(self.choices, depth)
 
 
 def build_tree(choices: list[tuple[int, ...]] | list[list[int]], max_depth: int | None = None,
@@ -85,6 +90,11 @@ def build_tree(choices: list[tuple[int, ...]] | list[list[int]], max_depth: int 
     return TokenTree(tuple(nodes), tuple(parents), tuple(depths), ancestry, tuple(paths))
 
 
+@lru_cache(maxsize=64)
+def _cut(choices: tuple[tuple[int, ...], ...], depth: int) -> TokenTree:
+    return build_tree([c for c in choices if len(c) <= depth])
+
+
 def chain(k: int) -> TokenTree:
     """The linear tree: k first choices in a row."""
     return build_tree([(0,) * d for d in range(1, k + 1)])
@@ -118,3 +128,37 @@ def parse_tree(spec: str, max_nodes: int = 256) -> TokenTree:
     if not widths or min(widths) < 1:
         raise VerispecError(f"tree widths must be >= 1, got {spec!r}")
     return topk_per_depth(widths, max_nodes=max_nodes)
+
+
+def tree_from_acceptance(acceptance: list[list[float]], max_nodes: int) -> tuple[TokenTree, float]:
+    """The `max_nodes`-node tree with the most expected accepted tokens, and that expectation.
+
+    acceptance[d][r]: measured probability that the proposer's rank-r choice at depth d + 1 is the target's
+    token, given the path to it was right. Taking acceptances along a path as independent, node (r1, ..., rd)
+    is reached with probability prod_i acceptance[i][r_i]; the expected number of accepted draft tokens is the
+    sum over the tree's nodes. A child is never likelier than its parent, so growing the tree best-first keeps
+    every node's parent in it.
+    """
+    import heapq
+    frontier = [(-acceptance[0][r], (r,)) for r in range(len(acceptance[0]))]
+    heapq.heapify(frontier)
+    nodes, expected = [], 0.0
+    while frontier and len(nodes) < max_nodes:
+        neg, path = heapq.heappop(frontier)
+        nodes.append(path)
+        expected -= neg
+        if len(path) < len(acceptance):
+            for r, a in enumerate(acceptance[len(path)]):
+                heapq.heappush(frontier, (neg * a, path + (r,)))
+    return build_tree(nodes, max_nodes=max_nodes), expected
+
+
+def expected_accepted(tree: TokenTree, acceptance: list[list[float]]) -> float:
+    """E[accepted draft tokens] of any tree under measured per-depth, per-rank acceptance (as above)."""
+    total = 0.0
+    for c in tree.choices:
+        p = 1.0
+        for d, r in enumerate(c):
+            p *= acceptance[d][r] if d < len(acceptance) and r < len(acceptance[d]) else 0.0
+        total += p
+    return total

@@ -124,3 +124,28 @@ def verify_tree(p: torch.Tensor, q: torch.Tensor | None, node_tokens: list[int],
             r = residual / residual.sum()
         else:
             return path, int(sample(r, u_final))                              # recovered token
+
+
+def verify_tree_typical(p: torch.Tensor, node_tokens: list[int], tree, u_final: torch.Tensor,
+                        epsilon: float = 0.09, delta: float = 0.3) -> tuple[list[int], int]:
+    """Medusa's typical acceptance over a token tree. LOSSY: the output does NOT follow p exactly at T > 0.
+
+    p: [1 + n, vocab] target probabilities at the root and every node. A node is acceptable when its parent is
+    and p(token | parent) > min(epsilon, delta * exp(-H(p at parent))): likely enough, with the bar lowered
+    where the target itself is unsure. The deepest acceptable node (the first, breadth-first) ends the accepted
+    path, and the next token is drawn from p there. At temperature 0 only argmax tokens pass: greedy decoding.
+    """
+    entropy = -(p * p.clamp_min(1e-30).log()).sum(-1)                          # [1 + n]
+    bar = torch.clamp(delta * torch.exp(-entropy), max=epsilon)                 # [1 + n]
+    ok = [True] + [False] * tree.size
+    best = 0
+    for child in range(1, tree.size + 1):                                       # breadth-first: parents first
+        parent = tree.parents[child]
+        ok[child] = ok[parent] and float(p[parent, node_tokens[child - 1]]) > float(bar[parent])
+        if ok[child] and tree.depths[child] > tree.depths[best]:
+            best = child
+    path, node = [], best
+    while node > 0:
+        path.append(node)
+        node = tree.parents[node]
+    return path[::-1], int(sample(p[best], u_final))

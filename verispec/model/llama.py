@@ -80,7 +80,23 @@ class RMSNorm(nn.Module):
 
 
 ROWWISE = "rowwise"     # mask sentinel: causal, computed one query row at a time (see Llama.forward)
-ROWWISE_MAX_TOKENS = 32
+ROWWISE_MAX_TOKENS = 32  # CPU bf16 matrix products are row-invariant up to 32 rows (tests/test_model.py)
+
+
+@dataclass(frozen=True)
+class RowPaths:
+    """A token-tree mask, attended one row at a time: new token i sees the first `shared` slots (the context
+    every row sees), then the slots shared + paths[i] (its ancestors and itself, in order) -- laid out exactly
+    as if its path had been decoded alone, so its logits are those of sequential decoding, bit for bit."""
+    shared: int
+    paths: tuple[torch.Tensor, ...]     # per new token: the ascending slot indices (>= shared) it also sees
+
+    @classmethod
+    def from_mask(cls, mask: torch.Tensor) -> "RowPaths":
+        """mask: [n, S] bool, True where a new token may attend."""
+        device, mask = mask.device, mask.cpu()
+        shared = int(mask.all(0).long().cumprod(0).sum())               # leading slots every row sees
+        return cls(shared, tuple((shared + row[shared:].nonzero()[:, 0]).to(device) for row in mask))
 
 
 class Attention(nn.Module):
@@ -101,11 +117,25 @@ class Attention(nn.Module):
             return self.wo(F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=True)
                            .transpose(1, 2).reshape(b, t, self.h * self.d))
         k_all, v_all = cache.write(layer, k, v)                 # [batch, kv_heads, S, d], S = length + n
+        first = k_all.shape[2] - t
         if isinstance(mask, str):  # ROWWISE: row i sees exactly slots [0, S - n + i], as when decoded alone
-            first = k_all.shape[2] - t
             y = torch.cat([F.scaled_dot_product_attention(q[:, :, i:i + 1], k_all[:, :, :first + i + 1],
                                                           v_all[:, :, :first + i + 1], enable_gqa=True)
                            for i in range(t)], dim=2)
+        elif isinstance(mask, RowPaths):  # row i sees the shared slots, then its path, laid out as if decoded alone
+            first = mask.shared
+            longest = max(len(path) for path in mask.paths)
+            k_row = k_all.new_empty(b, self.hkv, first + longest, self.d)        # [batch, kv_heads, S_i, d]
+            v_row = v_all.new_empty(b, self.hkv, first + longest, self.d)
+            k_row[:, :, :first], v_row[:, :, :first] = k_all[:, :, :first], v_all[:, :, :first]
+            rows = []
+            for i, path in enumerate(mask.paths):
+                end = first + len(path)
+                k_row[:, :, first:end] = k_all[:, :, path]
+                v_row[:, :, first:end] = v_all[:, :, path]
+                rows.append(F.scaled_dot_product_attention(q[:, :, i:i + 1], k_row[:, :, :end], v_row[:, :, :end],
+                                                           enable_gqa=True))
+            y = torch.cat(rows, dim=2)
         else:
             y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=True)
         return self.wo(y.transpose(1, 2).reshape(b, t, self.h * self.d))         # y: [batch, h, n, d]
@@ -184,9 +214,11 @@ class Llama(nn.Module):
         A causal block of up to ROWWISE_MAX_TOKENS tokens (a verified chain) is attended one row at a time, so
         each row's attention is exactly that of decoding the token alone. With row-invariant matrix products
         (CPU bf16, prepacked) speculative and plain decoding then produce bitwise-equal logits; elsewhere they
-        differ only by the matrix products' rounding (~1e-5 relative in fp32).
+        differ only by the matrix products' rounding (~1e-5 relative in fp32). An explicit mask (a token tree) is
+        attended row by row too, each row over its own path (RowPaths), in blocks of up to ROWWISE_MAX_TOKENS rows.
         """
         b, t = tokens.shape
+        explicit = mask is not None and cache is not None        # a caller's mask (a tree), not plain causal
         if cache is None:
             mask = None
         elif mask is None and 1 < t <= ROWWISE_MAX_TOKENS:
@@ -194,6 +226,18 @@ class Llama(nn.Module):
         elif mask is None and t > 1:  # new token i sees every cached slot and new tokens 0..i
             rows = torch.arange(t, device=tokens.device)[:, None] + cache.length
             mask = torch.arange(cache.length + t, device=tokens.device)[None, :] <= rows  # [n, S]
+        if explicit and b == 1:
+            full = mask.view(t, cache.length + t)
+            if t > ROWWISE_MAX_TOKENS and not full[:, cache.length:].triu(1).any():
+                # no row attends to a later one (a tree, breadth-first): run blocks of rows one after the
+                # other, each block reading the keys the earlier ones cached, so every block stays row-invariant
+                base, out = cache.length, []
+                for s in range(0, t, ROWWISE_MAX_TOKENS):
+                    e = min(t, s + ROWWISE_MAX_TOKENS)
+                    out.append(self.forward(tokens[:, s:e], positions[:, s:e], cache, full[s:e, :base + e]))
+                return torch.cat(out, 1)
+            if t <= ROWWISE_MAX_TOKENS:
+                mask = RowPaths.from_mask(full)
         if isinstance(mask, torch.Tensor):
             mask = mask.view(-1, 1, t, cache.length + t)        # [batch or 1, 1, n, S]
         cos, sin = self.rope(positions)
@@ -210,7 +254,12 @@ class Llama(nn.Module):
         With a reduced head, tokens outside it get -inf (probability 0); full=False returns the head's own
         [..., head_tokens] logits instead (for training).
         """
-        out = self.lm_head(hidden).float()
+        rows = hidden.reshape(-1, hidden.shape[-1])
+        if full and len(rows) > ROWWISE_MAX_TOKENS:  # decoding a big tree: blocks of rows keep them row-invariant
+            out = torch.cat([self.lm_head(r) for r in rows.split(ROWWISE_MAX_TOKENS)]).view(*hidden.shape[:-1], -1)
+        else:
+            out = self.lm_head(hidden)
+        out = out.float()
         if not self.cfg.head_tokens or not full:
             return out
         wide = out.new_full((*out.shape[:-1], self.cfg.vocab_size), float("-inf"))

@@ -3,6 +3,10 @@
 A proposer returns its draft tokens and, where it has them, the probabilities q it drew them from. The verifier
 needs nothing else. Proposers keep whatever state they like (a draft model keeps a KV cache) but must accept any
 context: after a cycle the sequence may have diverged from what they drafted, and they resynchronise themselves.
+
+A proposer that drafts from the target's own features (Medusa) also defines `observe(hidden)`: after the prefill
+and after every verification the engine passes it the target's final hidden states [m, D] of the positions it
+kept; the last row is the state the newest token was drawn from. Tree proposers expose their `tree`.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from ..sampling import SamplingConfig
-from ..tree import TokenTree, build_tree, topk_per_depth
+from ..tree import TokenTree, topk_per_depth
 from .base import Proposal
 from .draft_model import DraftModelProposer
 
@@ -24,16 +24,7 @@ class DraftTreeProposer(DraftModelProposer):
     def __init__(self, model, tree: TokenTree | None = None):
         super().__init__(model)
         self.tree = tree or topk_per_depth(list(DEFAULT_WIDTHS))
-        self._cut: dict[int, TokenTree] = {}
         self.width = max(self.tree.rank(i) for i in range(1, self.tree.size + 1)) + 1   # children per node, at most
-
-    def _tree(self, depth: int) -> TokenTree:
-        """The tree cut to `depth` levels (the length budget may allow fewer than its full depth)."""
-        if depth >= self.tree.depth:
-            return self.tree
-        if depth not in self._cut:
-            self._cut[depth] = build_tree([c for c in self.tree.choices if len(c) <= depth])
-        return self._cut[depth]
 
     def _ranked(self, feed: list[int], positions: list[int], mask: torch.Tensor | None) -> torch.Tensor:
         """Append `feed` to the draft's cache (RoPE at `positions`); return each token's next-token ranking,
@@ -49,7 +40,7 @@ class DraftTreeProposer(DraftModelProposer):
     @torch.inference_mode()
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
-        tree = self._tree(k)
+        tree = self.tree.cut(k)
         feed = self._sync(context)
         ctx = len(context)                               # the root, context[-1], sits at position ctx - 1
         start = self.cache.length

@@ -1,0 +1,78 @@
+"""Medusa heads: K small residual blocks on the target's last hidden state, head i guessing the token i + 1
+positions past the one the target itself predicts from that state.
+
+Head i: h -> h + SiLU(W_i h + b_i) -> the target's own output embedding, restricted to the `head_ids` tokens
+(the target's most frequent answer tokens); every other token gets probability 0. Each head has its own block
+(a ModuleList of distinct modules); the output matrix is the target's, borrowed at load time and never stored,
+so the shipped heads hold only K x (D x D + D) weights. W_i starts at zero: an untrained head copies the target's
+next-token guess, the usual Medusa start.
+
+A heads folder holds `medusa.safetensors` (fp16), `config.json`, `README.md` (model card) and `trees.json`
+(per-head top-r accuracy measured on held-out data, and the default trees built from it, see `medusa_tree`).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..errors import VerispecError
+
+
+class MedusaHeads(nn.Module):
+    def __init__(self, num_heads: int, hidden: int, head_ids: torch.Tensor):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(num_heads))   # distinct blocks
+        for b in self.blocks:
+            nn.init.zeros_(b.weight)
+            nn.init.zeros_(b.bias)
+        self.register_buffer("head_ids", head_ids.clone())             # [H] vocabulary id of each output row
+        self.out: torch.Tensor | None = None                           # [H, D] target embedding rows, borrowed
+
+    @property
+    def num_heads(self) -> int:
+        return len(self.blocks)
+
+    def attach(self, target_embedding: torch.Tensor) -> "MedusaHeads":
+        """Borrow the target's output embedding rows for the head tokens (not a parameter: never trained)."""
+        self.out = target_embedding.detach()[self.head_ids.to(target_embedding.device)]
+        return self
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., D] final-normed target hidden states -> [..., K, H] logits over the head tokens."""
+        feats = torch.stack([hidden + F.silu(b(hidden)) for b in self.blocks], -2)   # [..., K, D]
+        return (feats @ self.out.to(feats.dtype).T).float()                          # [..., K, H]
+
+    def save(self, folder: Path, card: str, trees: dict) -> None:
+        from safetensors.torch import save_file
+
+        from ..files import atomic_dir
+        state = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in self.state_dict().items()}
+        with atomic_dir(folder) as tmp:
+            save_file(state, str(tmp / "medusa.safetensors"), metadata={"format": "pt"})
+            (tmp / "config.json").write_text(json.dumps({"verispec_medusa": 1, "num_heads": self.num_heads,
+                                                         "hidden_size": self.blocks[0].in_features,
+                                                         "head_tokens": len(self.head_ids)}, indent=2))
+            (tmp / "trees.json").write_text(json.dumps(trees, indent=1))
+            (tmp / "README.md").write_text(card)
+
+
+def load_heads(folder: str | Path, target_embedding: torch.Tensor, dtype: torch.dtype) -> tuple[MedusaHeads, dict]:
+    """Heads and their trees.json from a folder written by `verispec train-medusa`."""
+    folder = Path(folder)
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+        trees = json.loads((folder / "trees.json").read_text())
+        from safetensors.torch import load_file
+        state = load_file(str(folder / "medusa.safetensors"))
+        heads = MedusaHeads(int(cfg["num_heads"]), int(cfg["hidden_size"]), state["head_ids"])
+        heads.load_state_dict(state)
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        raise VerispecError(f"cannot load Medusa heads from {folder}: {e}") from None
+    if heads.blocks[0].in_features != target_embedding.shape[1]:
+        raise VerispecError(f"Medusa heads in {folder} are {heads.blocks[0].in_features} wide, the target "
+                            f"{target_embedding.shape[1]}: they were trained for another model")
+    return heads.to(device=target_embedding.device, dtype=dtype).attach(target_embedding).eval(), trees

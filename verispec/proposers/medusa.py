@@ -1,0 +1,66 @@
+"""Medusa proposer: heads on the target's own last hidden state fill a static token tree, no draft model.
+
+The engine hands every proposer that has `observe` the target's final hidden states of the positions it just
+kept; the last of them is the state the target drew the newest token from. Head d, applied to that state, ranks
+the token d positions past the newest, so tree node (r1, ..., rd) holds head d's r_d-th choice (Medusa's
+Cartesian candidates: a node's token depends on its depth and rank, not on its parent's token). Choices are
+deterministic given the context, so q is None and recursive rejection sampling stays exact at any temperature.
+
+The default tree is not hand-picked: `trees.json` beside the heads holds their measured top-r accuracies, and
+`tree_from_acceptance` grows the tree with the most expected accepted tokens for each size; `auto_tree` picks the
+size whose expected tokens per unit of verification cost (the profile's cost curve) are highest.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..model.medusa import MedusaHeads
+from ..sampling import SamplingConfig
+from ..tree import TokenTree, expected_accepted, tree_from_acceptance
+from .base import Proposal
+
+TREE_SIZES = (4, 8, 16, 32, 64)
+
+
+def auto_tree(acceptance: list[list[float]], tree_cost, c_heads: float = 0.0,
+              sizes=TREE_SIZES) -> tuple[TokenTree, dict[int, float]]:
+    """The tree size with the highest predicted speedup (1 + E[accepted]) / (T(1 + n)/T(1) + c_heads);
+    tree_cost(n) gives T(1 + n)/T(1) (`CostProfile.tree_cost`)."""
+    predicted = {}
+    for n in sizes:
+        _, expected = tree_from_acceptance(acceptance, n)
+        predicted[n] = (1 + expected) / (tree_cost(n) + c_heads)
+    best = max(predicted, key=lambda n: (predicted[n], -n))
+    return tree_from_acceptance(acceptance, best)[0], predicted
+
+
+class MedusaProposer:
+    name = "medusa"
+
+    def __init__(self, heads: MedusaHeads, tree: TokenTree, acceptance: list[list[float]] | None = None):
+        if tree.depth > heads.num_heads:
+            raise ValueError(f"a tree {tree.depth} deep needs {tree.depth} heads, these have {heads.num_heads}")
+        self.heads, self.tree = heads, tree
+        # E[accepted tokens per cycle] at temperature 0, from the heads' measured accuracy (for the cost model)
+        self.expected_accepted = None if acceptance is None else expected_accepted(tree, acceptance)
+        self.widths = [1 + max(c[d] for c in tree.choices if len(c) > d) for d in range(tree.depth)]
+        self.hidden: torch.Tensor | None = None          # [D] the state the newest token was drawn from
+
+    def prepare(self, capacity: int) -> None:
+        self.hidden = None
+
+    def observe(self, hidden: torch.Tensor) -> None:
+        """hidden: [m, D] the target's final hidden states at the positions kept this cycle."""
+        self.hidden = hidden[-1]
+
+    @torch.inference_mode()
+    def propose(self, context: list[int], k: int, sampling: SamplingConfig,
+                generator: torch.Generator) -> Proposal:
+        if self.hidden is None or k < 1:
+            return Proposal([])
+        tree = self.tree.cut(k)
+        logits = self.heads(self.hidden)                                           # [K, H]
+        ranked = [self.heads.head_ids[logits[d].topk(w).indices].tolist()          # per depth: [w] token ids
+                  for d, w in enumerate(self.widths[:tree.depth])]
+        tokens = [ranked[len(c) - 1][c[-1]] for c in tree.choices]                # breadth-first, node 1..n
+        return Proposal(tokens, None, tree)

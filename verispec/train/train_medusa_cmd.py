@@ -1,0 +1,142 @@
+"""The `verispec train-medusa` command: data -> target features -> heads (resumable) -> heads folder + trees."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ..errors import VerispecError
+from ..files import atomic_file
+from ..model import loader
+from ..model.medusa import MedusaHeads
+from ..proposers.medusa import TREE_SIZES
+from ..tree import tree_from_acceptance
+from .data import frequent_tokens, held_out, load_examples
+from .medusa import RANKS, acceptance, answer_features, head_targets, train_steps
+
+
+def trees_json(acc: list[list[float]]) -> dict:
+    out = {"acceptance": acc, "trees": {}}
+    for n in TREE_SIZES:
+        tree, expected = tree_from_acceptance(acc, n)
+        out["trees"][str(n)] = {"expected_accepted": expected, "paths": [list(c) for c in tree.choices]}
+    return out
+
+
+def model_card(args, info: str, acc: list[list[float]], trees: dict, wall_s: float, history: list) -> str:
+    lines = [f"# verispec Medusa heads: {Path(args.out).name}", "",
+             "Medusa heads for speculative decoding, trained on the frozen target's last hidden states over its "
+             "own answers.", "", "```", "verispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]), "```", "",
+             f"- target: {args.model or 'SmolLM2-135M-Instruct (verispec default)'}",
+             f"- heads: {args.heads} residual blocks (D x D + D each), output = the target's embedding rows of "
+             f"the {args.head_tokens} most frequent answer tokens (borrowed, not stored)",
+             f"- training: {args.steps} steps x {args.batch} rows, lr {args.lr}, seed {args.seed}, KL to the "
+             "target's top-32 probabilities",
+             f"- data: {info}", f"- wall time: {wall_s / 60:.1f} min on {torch.get_num_threads()} CPU threads", "",
+             "Held-out accuracy (training-split prompts kept aside; hit = the head's rank-r choice is the target's "
+             "greedy token there, over all rows, not only those where the earlier heads were right; the default "
+             "trees multiply these as if independent):", "",
+             "| head | predicts | top-1 | top-3 | top-5 | top-8 |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for d, row in enumerate(acc):
+        cum = [sum(row[:r]) for r in (1, 3, 5, 8)]
+        lines.append(f"| {d + 1} | token t+{d + 2} | " + " | ".join(f"{c:.3f}" for c in cum) + " |")
+    lines += ["", "Default trees grown from these accuracies (expected accepted tokens per cycle, greedy):", "",
+              "| nodes | depth | expected accepted |", "| ---: | ---: | ---: |"]
+    for n, t in trees["trees"].items():
+        lines.append(f"| {n} | {max(len(p) for p in t['paths'])} | {t['expected_accepted']:.2f} |")
+    lines += ["", "Held-out loss during training: " + ", ".join(f"step {h['step']}: {h['loss']:.3f}"
+                                                                for h in history), ""]
+    return "\n".join(lines)
+
+
+def cmd_train_medusa(args) -> int:
+    from tqdm import tqdm
+    if args.heads < 1 or args.steps < 1 or args.batch < 1 or args.eval_every < 1:
+        raise VerispecError("need --heads, --steps, --batch and --eval-every >= 1")
+    examples = load_examples(args.data, args.max_tokens)
+    train = [e for e in examples if not held_out(e.id)][:args.max_answers]
+    held = [e for e in examples if held_out(e.id)][:args.eval_examples]
+    if not held and len(train) > 1:
+        held = [train.pop()]
+    if not train or not held:
+        raise VerispecError(f"{args.data} has too few examples to train and hold some out")
+    target, tok, _ = loader.load(args.model, args.dtype, "cpu")
+    work = Path(str(args.out) + ".work")
+    work.mkdir(parents=True, exist_ok=True)
+    settings = {"data": str(Path(args.data).resolve()), "max_tokens": args.max_tokens, "dtype": args.dtype,
+                "max_answers": args.max_answers, "heads": args.heads, "head_tokens": args.head_tokens,
+                "steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed}
+    feats_path, ckpt_path = work / "features.pt", work / "checkpoint.pt"
+    if feats_path.exists():
+        saved = torch.load(feats_path, weights_only=False)
+        if saved["settings"] != {k: settings[k] for k in ("data", "max_tokens", "dtype", "max_answers")}:
+            raise VerispecError(f"{feats_path} was made with other flags; use them again or delete {work}")
+        train_f, held_f = saved["train"], saved["held"]
+    else:
+        bar = tqdm(total=len(train) + len(held), desc="target features", unit="answer", file=sys.stderr)
+        train_f = torch.cat(answer_features(target, train, on_batch=bar.update))
+        held_f = torch.cat(answer_features(target, held, on_batch=bar.update))
+        bar.close()
+        with atomic_file(feats_path, "wb") as f:
+            torch.save({"settings": {k: settings[k] for k in ("data", "max_tokens", "dtype", "max_answers")},
+                        "train": train_f, "held": held_f}, f)
+    ckpt = torch.load(ckpt_path, weights_only=False) if ckpt_path.exists() else None
+    if ckpt is not None and ckpt["settings"] != settings:
+        raise VerispecError(f"{ckpt_path} was made with other flags; use them again or delete {work}")
+    head_ids = ckpt["head_ids"] if ckpt else frequent_tokens(train, args.head_tokens, set(tok.stop_token_ids))
+    head_index = torch.full((target.cfg.vocab_size,), -1, dtype=torch.long)
+    head_index[head_ids] = torch.arange(len(head_ids))
+    ids, probs, _ = head_targets(train, args.heads, head_index)
+    held_ids, held_probs, held_greedy = head_targets(held, args.heads, head_index)
+    torch.manual_seed(args.seed)
+    heads = MedusaHeads(args.heads, target.cfg.hidden_size, head_ids).attach(target.embed.weight.float())
+    del target
+    opt = torch.optim.AdamW(heads.blocks.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    step, wall, history = 0, 0.0, []
+    if ckpt is not None:
+        heads.load_state_dict(ckpt["heads"])
+        opt.load_state_dict(ckpt["optimizer"])
+        step, wall, history = ckpt["step"], ckpt["wall_s"], ckpt["history"]
+
+    bar = tqdm(total=args.steps, initial=step, desc="train-medusa", unit="step", file=sys.stderr)
+    shown = {}
+
+    def on_step(_, loss, __):
+        shown["loss"] = f"{loss:.3f}"
+        bar.update(1)
+        bar.set_postfix(shown)
+
+    t_session = time.perf_counter()
+    while step < args.steps:
+        stop = min(args.steps, (step // args.eval_every + 1) * args.eval_every)
+        train_steps(heads, opt, train_f, ids, probs, step, stop, args.steps, args.lr, args.batch, args.seed,
+                    on_step)
+        step = stop
+        wall += time.perf_counter() - t_session
+        heads.eval()
+        with torch.no_grad():
+            from .medusa import kl_loss
+            held_loss = float(kl_loss(heads(held_f.float()), held_ids, held_probs))
+        top1 = [row[0] for row in acceptance(heads, held_f.float(), held_greedy, 1)]
+        history.append({"step": step, "wall_s": round(wall, 1), "loss": round(held_loss, 4),
+                        "top1": [round(a, 4) for a in top1]})
+        shown.update(held=f"{held_loss:.3f}", top1="/".join(f"{a:.2f}" for a in top1))
+        bar.set_postfix(shown)
+        with atomic_file(ckpt_path, "wb") as f:
+            torch.save({"settings": settings, "head_ids": head_ids, "heads": heads.state_dict(),
+                        "optimizer": opt.state_dict(), "step": step, "wall_s": wall, "history": history}, f)
+        t_session = time.perf_counter()
+    bar.close()
+    acc = acceptance(heads, held_f.float(), held_greedy, min(RANKS, args.head_tokens))
+    trees = trees_json(acc)
+    info = (f"{args.data}: {len(train)} training / {len(held)} held-out answers, {len(train_f)} / "
+            f"{len(held_f)} answer positions")
+    heads.save(Path(args.out), model_card(args, info, acc, trees, wall, history), trees)
+    (work / "history.json").write_text(json.dumps(history, indent=1))
+    print(f"Medusa heads written to {args.out}: held-out top-1 " +
+          ", ".join(f"head {d + 1} {row[0]:.3f}" for d, row in enumerate(acc)))
+    return 0
