@@ -59,3 +59,17 @@ def truncated_draft_dir(tmp_path_factory, default_dir) -> Path:
                  if not k.startswith("model.layers.") or int(k.split(".")[2]) < 12}
     small = LlamaConfig(**{**cfg.__dict__, "num_layers": 12})
     return write_model_folder(tmp_path_factory.mktemp("draft12"), small, default_dir, state=state)
+
+
+@pytest.fixture(scope="session")
+def tiny_distill_dir(tmp_path_factory, tiny_dir) -> Path:
+    """`verispec distill-data` output of the tiny model on 60 short prompts (shared by the training tests)."""
+    import json
+
+    from verispec.cli import main
+    root = tmp_path_factory.mktemp("distill")
+    prompts = root / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": f"t{i}", "prompt": f"Count to {i}"}) for i in range(60)))
+    assert main(["distill-data", "--prompts", str(prompts), "--out", str(root / "data"), "--model", str(tiny_dir),
+                 "--batch", "16", "--max-new-tokens", "8", "--dtype", "fp32"]) == 0
+    return root / "data"

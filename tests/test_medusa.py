@@ -105,12 +105,8 @@ def test_proposer_fills_the_tree_from_each_heads_ranking():
     assert prop.propose([1, 2, 3], 1, None, torch.Generator()).tree.size == 3      # cut to depth 1
 
 
-def test_train_medusa_cli_then_medusa_decoding_equals_plain_greedy(tmp_path, tiny_dir):
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text("\n".join(json.dumps({"id": f"t{i}", "prompt": f"Count to {i}"}) for i in range(60)))
-    data = tmp_path / "data"
-    assert main(["distill-data", "--prompts", str(prompts), "--out", str(data), "--model", str(tiny_dir),
-                 "--batch", "16", "--max-new-tokens", "8", "--dtype", "fp32"]) == 0
+def test_train_medusa_cli_then_medusa_decoding_equals_plain_greedy(tmp_path, tiny_dir, tiny_distill_dir):
+    data = tiny_distill_dir
     out = tmp_path / "heads"
     flags = ["train-medusa", "--data", str(data), "--out", str(out), "--model", str(tiny_dir), "--heads", "3",
              "--head-tokens", "256", "--steps", "6", "--eval-every", "3", "--batch", "32", "--dtype", "fp32"]

@@ -43,6 +43,12 @@ class TokenTree:
         """A node's choice rank among its siblings (its path's last element)."""
         return self.choices[node - 1][-1]
 
+    @property
+    def widths(self) -> list[int]:
+        """Per depth 1..depth, the most children any node there has among its siblings (max rank + 1): how many
+        ranked choices a proposer needs at that depth."""
+        return [1 + max(c[d] for c in self.choices if len(c) > d) for d in range(self.depth)]
+
     def cut(self, depth: int) -> "TokenTree":
         """The tree without its nodes deeper than `depth` (>= 1): what fits a shorter length budget."""
         return self if depth >= self.depth else _cut(self.choices, depth)
@@ -142,15 +148,15 @@ def tree_from_acceptance(acceptance: list[list[float]], max_nodes: int) -> tuple
     import heapq
     frontier = [(-acceptance[0][r], (r,)) for r in range(len(acceptance[0]))]
     heapq.heapify(frontier)
-    nodes, expected = [], 0.0
+    nodes = []
     while frontier and len(nodes) < max_nodes:
         neg, path = heapq.heappop(frontier)
         nodes.append(path)
-        expected -= neg
         if len(path) < len(acceptance):
             for r, a in enumerate(acceptance[len(path)]):
                 heapq.heappush(frontier, (neg * a, path + (r,)))
-    return build_tree(nodes, max_nodes=max_nodes), expected
+    tree = build_tree(nodes, max_nodes=max_nodes)
+    return tree, expected_accepted(tree, acceptance)
 
 
 def expected_accepted(tree: TokenTree, acceptance: list[list[float]]) -> float:

@@ -24,7 +24,7 @@ class DraftTreeProposer(DraftModelProposer):
     def __init__(self, model, tree: TokenTree | None = None):
         super().__init__(model)
         self.tree = tree or topk_per_depth(list(DEFAULT_WIDTHS))
-        self.width = max(self.tree.rank(i) for i in range(1, self.tree.size + 1)) + 1   # children per node, at most
+        self.width = max(self.tree.widths)                                 # children per node, at most
 
     def _ranked(self, feed: list[int], positions: list[int], mask: torch.Tensor | None) -> torch.Tensor:
         """Append `feed` to the draft's cache (RoPE at `positions`); return each token's next-token ranking,

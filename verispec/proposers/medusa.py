@@ -26,12 +26,10 @@ def auto_tree(acceptance: list[list[float]], tree_cost, c_heads: float = 0.0,
               sizes=TREE_SIZES) -> tuple[TokenTree, dict[int, float]]:
     """The tree size with the highest predicted speedup (1 + E[accepted]) / (T(1 + n)/T(1) + c_heads);
     tree_cost(n) gives T(1 + n)/T(1) (`CostProfile.tree_cost`)."""
-    predicted = {}
-    for n in sizes:
-        _, expected = tree_from_acceptance(acceptance, n)
-        predicted[n] = (1 + expected) / (tree_cost(n) + c_heads)
+    trees = {n: tree_from_acceptance(acceptance, n) for n in sizes}
+    predicted = {n: (1 + expected) / (tree_cost(n) + c_heads) for n, (_, expected) in trees.items()}
     best = max(predicted, key=lambda n: (predicted[n], -n))
-    return tree_from_acceptance(acceptance, best)[0], predicted
+    return trees[best][0], predicted
 
 
 class MedusaProposer:
@@ -43,7 +41,7 @@ class MedusaProposer:
         self.heads, self.tree = heads, tree
         # E[accepted tokens per cycle] at temperature 0, from the heads' measured accuracy (for the cost model)
         self.expected_accepted = None if acceptance is None else expected_accepted(tree, acceptance)
-        self.widths = [1 + max(c[d] for c in tree.choices if len(c) > d) for d in range(tree.depth)]
+        self.widths = tree.widths
         self.hidden: torch.Tensor | None = None          # [D] the state the newest token was drawn from
 
     def prepare(self, capacity: int) -> None:

@@ -28,6 +28,26 @@ def held_out(example_id: str) -> bool:
     return int(hashlib.sha256(("held-" + example_id).encode()).hexdigest(), 16) % 100 < HELD_OUT_PERCENT
 
 
+def split_held_out(examples: list[Example], eval_examples: int, source: str,
+                   max_train: int | None = None) -> tuple[list[Example], list[Example]]:
+    """Training answers (at most max_train) and up to eval_examples held-out ones; tiny sets keep one aside."""
+    train = [e for e in examples if not held_out(e.id)][:max_train]
+    held = [e for e in examples if held_out(e.id)][:eval_examples]
+    if not held and len(train) > 1:
+        held = [train.pop()]
+    if not train or not held:
+        raise VerispecError(f"{source} has too few examples to train and hold some out")
+    return train, held
+
+
+def row_index(ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
+    """[vocab] -> row of each token in a reduced head listing `ids` (-1 if absent); None: the whole vocabulary."""
+    index = torch.full((vocab_size,), -1, dtype=torch.long)
+    ids = torch.arange(vocab_size) if ids is None else ids
+    index[ids] = torch.arange(len(ids))
+    return index
+
+
 def load_examples(folder: str | Path, max_tokens: int = 320) -> list[Example]:
     """Every answered prompt in a distill-data folder; prompts are cut from the left to fit `max_tokens`."""
     shards = sorted(Path(folder).glob("shard-*.pt"))

@@ -123,6 +123,14 @@ def evaluate(model: Llama, examples: list[Example], head_index: torch.Tensor, ba
     return {k: v / count for k, v in sums.items()}
 
 
+def cosine_lr(step: int, steps: int, lr: float, warmup: int) -> float:
+    """Linear warm-up over `warmup` steps, then cosine decay to a tenth of `lr` at `steps`."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    frac = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     loss: str = "kl"
@@ -134,10 +142,7 @@ class TrainConfig:
     seed: int = 0
 
     def lr_at(self, step: int) -> float:
-        if step < self.warmup:
-            return self.lr * (step + 1) / self.warmup
-        frac = (step - self.warmup) / max(1, self.steps - self.warmup)
-        return self.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
+        return cosine_lr(step, self.steps, self.lr, self.warmup)
 
 
 def make_optimizer(model: Llama, cfg: TrainConfig) -> torch.optim.Optimizer:

@@ -11,13 +11,13 @@ uninterrupted one.
 """
 from __future__ import annotations
 
-import math
 import time
 
 import torch
 
 from ..model.medusa import MedusaHeads
 from .data import Example
+from .draft import cosine_lr
 
 RANKS = 8       # acceptance is measured for each head's top RANKS choices
 
@@ -85,13 +85,6 @@ def acceptance(heads: MedusaHeads, feats: torch.Tensor, greedy: torch.Tensor, ra
     return (hits / live.clamp_min(1)[:, None]).tolist()
 
 
-def lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    frac = (step - warmup) / max(1, steps - warmup)
-    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
-
-
 def train_steps(heads: MedusaHeads, opt, feats, ids, probs, start: int, stop: int, steps: int, lr: float,
                 batch: int, seed: int, on_step=None) -> None:
     """Steps [start, stop): step s trains on rows drawn by a generator seeded with (seed, s)."""
@@ -100,7 +93,7 @@ def train_steps(heads: MedusaHeads, opt, feats, ids, probs, start: int, stop: in
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
         rows = torch.randint(len(feats), (batch,), generator=g)
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, steps, lr, min(50, steps // 10))
+            group["lr"] = cosine_lr(step, steps, lr, min(50, steps // 10))
         t0 = time.perf_counter()
         loss = kl_loss(heads(feats[rows].float()), ids[rows], probs[rows])
         opt.zero_grad(set_to_none=True)

@@ -14,7 +14,8 @@ import torch
 from ..errors import VerispecError
 from ..files import atomic_dir, atomic_file
 from ..model import loader
-from .data import frequent_tokens, held_out, load_examples
+from .data import frequent_tokens, load_examples, row_index, split_held_out
+from .progress import StepBar
 from .draft import LOSSES, DraftShape, TrainConfig, evaluate, init_draft, make_optimizer, train_steps
 
 
@@ -50,7 +51,6 @@ def model_card(args, shape, cfg, data_info, metrics, wall_s, coverage) -> str:
 
 
 def cmd_train_draft(args) -> int:
-    from tqdm import tqdm
     if args.loss not in LOSSES:
         raise VerispecError(f"unknown loss {args.loss!r}: choose from {', '.join(LOSSES)}")
     shape = DraftShape(args.layers, args.hidden, args.heads, args.kv_heads, args.intermediate, args.head_tokens,
@@ -62,12 +62,7 @@ def cmd_train_draft(args) -> int:
     if args.steps < 1 or (not args.from_target and (args.hidden % args.heads or args.heads % args.kv_heads)):
         raise VerispecError("need --steps >= 1, --hidden divisible by --heads, --heads by --kv-heads")
     examples = load_examples(args.data, args.max_tokens)
-    train = [e for e in examples if not held_out(e.id)]
-    held = [e for e in examples if held_out(e.id)][:args.eval_examples]
-    if not held and len(train) > 1:  # tiny data sets: keep one answer aside anyway
-        held = [train.pop()]
-    if not train or not held:
-        raise VerispecError(f"{args.data} has too few examples to train and hold some out")
+    train, held = split_held_out(examples, args.eval_examples, args.data)
     target, tok, target_dir = loader.load(args.model, "fp32", "cpu", pack=False)
     shape = shape.resolved(target.cfg)
     work = Path(str(args.out) + ".work")
@@ -83,9 +78,7 @@ def cmd_train_draft(args) -> int:
         ckpt = None
         head_ids = (frequent_tokens(train, shape.head_tokens, set(tok.stop_token_ids))
                     if shape.head_tokens else None)
-    head_index = torch.full((target.cfg.vocab_size,), -1, dtype=torch.long)
-    head_index[head_ids if head_ids is not None else torch.arange(target.cfg.vocab_size)] = torch.arange(
-        len(head_ids) if head_ids is not None else target.cfg.vocab_size)
+    head_index = row_index(head_ids, target.cfg.vocab_size)
     model = init_draft(target, shape, head_ids, args.seed)
     opt = make_optimizer(model, cfg)
     step, wall, history = 0, 0.0, []
@@ -100,13 +93,8 @@ def cmd_train_draft(args) -> int:
             torch.save({"settings": settings, "head_ids": head_ids, "model": model.state_dict(),
                         "optimizer": opt.state_dict(), "step": step, "wall_s": wall, "history": history}, f)
 
-    bar = tqdm(total=cfg.steps, initial=step, desc="train-draft", unit="step", file=sys.stderr)
-    shown = {}
-
-    def on_step(s, out, _):
-        shown["loss"] = f"{out[cfg.loss]:.3f}"
-        bar.update(1)
-        bar.set_postfix(shown)
+    bar = StepBar(cfg.steps, step, "train-draft")
+    on_step = lambda s, out, _: bar.step(out[cfg.loss])  # noqa: E731
 
     t_session = time.perf_counter()
     last = cfg.steps if args.stop_at is None else args.stop_at
@@ -118,8 +106,7 @@ def cmd_train_draft(args) -> int:
         t_session = time.perf_counter()
         metrics = evaluate(model, held, head_index)
         history.append({"step": step, "wall_s": round(wall, 1), **{k: round(v, 4) for k, v in metrics.items()}})
-        shown.update(alpha=f"{metrics['alpha']:.3f}", greedy=f"{metrics['greedy']:.3f}")
-        bar.set_postfix(shown)
+        bar.show(alpha=f"{metrics['alpha']:.3f}", greedy=f"{metrics['greedy']:.3f}")
         save_checkpoint()
         t_session = time.perf_counter()
     bar.close()

@@ -15,8 +15,9 @@ from ..model import loader
 from ..model.medusa import MedusaHeads
 from ..proposers.medusa import TREE_SIZES
 from ..tree import tree_from_acceptance
-from .data import frequent_tokens, held_out, load_examples
-from .medusa import RANKS, acceptance, answer_features, head_targets, train_steps
+from .data import frequent_tokens, load_examples, row_index, split_held_out
+from .medusa import RANKS, acceptance, answer_features, head_targets, kl_loss, train_steps
+from .progress import StepBar
 
 
 def trees_json(acc: list[list[float]]) -> dict:
@@ -58,12 +59,7 @@ def cmd_train_medusa(args) -> int:
     if args.heads < 1 or args.steps < 1 or args.batch < 1 or args.eval_every < 1:
         raise VerispecError("need --heads, --steps, --batch and --eval-every >= 1")
     examples = load_examples(args.data, args.max_tokens)
-    train = [e for e in examples if not held_out(e.id)][:args.max_answers]
-    held = [e for e in examples if held_out(e.id)][:args.eval_examples]
-    if not held and len(train) > 1:
-        held = [train.pop()]
-    if not train or not held:
-        raise VerispecError(f"{args.data} has too few examples to train and hold some out")
+    train, held = split_held_out(examples, args.eval_examples, args.data, args.max_answers)
     target, tok, _ = loader.load(args.model, args.dtype, "cpu")
     work = Path(str(args.out) + ".work")
     work.mkdir(parents=True, exist_ok=True)
@@ -88,8 +84,7 @@ def cmd_train_medusa(args) -> int:
     if ckpt is not None and ckpt["settings"] != settings:
         raise VerispecError(f"{ckpt_path} was made with other flags; use them again or delete {work}")
     head_ids = ckpt["head_ids"] if ckpt else frequent_tokens(train, args.head_tokens, set(tok.stop_token_ids))
-    head_index = torch.full((target.cfg.vocab_size,), -1, dtype=torch.long)
-    head_index[head_ids] = torch.arange(len(head_ids))
+    head_index = row_index(head_ids, target.cfg.vocab_size)
     ids, probs, _ = head_targets(train, args.heads, head_index)
     held_ids, held_probs, held_greedy = head_targets(held, args.heads, head_index)
     torch.manual_seed(args.seed)
@@ -102,13 +97,8 @@ def cmd_train_medusa(args) -> int:
         opt.load_state_dict(ckpt["optimizer"])
         step, wall, history = ckpt["step"], ckpt["wall_s"], ckpt["history"]
 
-    bar = tqdm(total=args.steps, initial=step, desc="train-medusa", unit="step", file=sys.stderr)
-    shown = {}
-
-    def on_step(_, loss, __):
-        shown["loss"] = f"{loss:.3f}"
-        bar.update(1)
-        bar.set_postfix(shown)
+    bar = StepBar(args.steps, step, "train-medusa")
+    on_step = lambda _, loss, __: bar.step(loss)  # noqa: E731
 
     t_session = time.perf_counter()
     while step < args.steps:
@@ -119,13 +109,11 @@ def cmd_train_medusa(args) -> int:
         wall += time.perf_counter() - t_session
         heads.eval()
         with torch.no_grad():
-            from .medusa import kl_loss
             held_loss = float(kl_loss(heads(held_f.float()), held_ids, held_probs))
         top1 = [row[0] for row in acceptance(heads, held_f.float(), held_greedy, 1)]
         history.append({"step": step, "wall_s": round(wall, 1), "loss": round(held_loss, 4),
                         "top1": [round(a, 4) for a in top1]})
-        shown.update(held=f"{held_loss:.3f}", top1="/".join(f"{a:.2f}" for a in top1))
-        bar.set_postfix(shown)
+        bar.show(held=f"{held_loss:.3f}", top1="/".join(f"{a:.2f}" for a in top1))
         with atomic_file(ckpt_path, "wb") as f:
             torch.save({"settings": settings, "head_ids": head_ids, "heads": heads.state_dict(),
                         "optimizer": opt.state_dict(), "step": step, "wall_s": wall, "history": history}, f)
