@@ -73,3 +73,11 @@ def tiny_distill_dir(tmp_path_factory, tiny_dir) -> Path:
     assert main(["distill-data", "--prompts", str(prompts), "--out", str(root / "data"), "--model", str(tiny_dir),
                  "--batch", "16", "--max-new-tokens", "8", "--dtype", "fp32"]) == 0
     return root / "data"
+
+
+@pytest.fixture(scope="session")
+def target_bf16(default_dir):
+    """The default model as served on CPU (bf16, prepacked, row-invariant products), with its shipped draft and
+    Medusa heads available through `make_proposer`."""
+    from verispec.api import Target
+    return Target.load(None, "bf16", "cpu")

@@ -21,9 +21,10 @@ from .model.tokenizer import StreamDecoder, Tokenizer
 from .proposers.base import Proposer
 from .sampling import SamplingConfig
 
-METHODS = ("plain", "ngram", "draft", "draft-tree", "medusa")
+METHODS = ("plain", "ngram", "draft", "draft-tree", "medusa", "eagle")
 DEFAULT_DRAFT = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-draft"
 DEFAULT_MEDUSA = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-medusa"
+DEFAULT_EAGLE = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-eagle"
 SHIPPED_PROFILES = Path(__file__).parent / "profiles"
 
 
@@ -90,6 +91,8 @@ def make_proposer(method: str, target: Target, draft: str | None = None, ngram_m
         return DraftTreeProposer(load_draft(target, draft), parse_tree(tree) if tree else None)
     if method == "medusa":
         return medusa_proposer(target, draft, tree)
+    if method == "eagle":
+        return eagle_proposer(target, draft, tree)
     raise VerispecError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
 
 
@@ -106,23 +109,48 @@ def medusa_proposer(target: Target, heads: str | None = None, tree: str | None =
     fastest), a node count ("32": the best tree of that size from the heads' measured accuracies), per-depth
     widths ("3,2,1") or a JSON file of paths."""
     from .model.medusa import load_heads
-    from .proposers.medusa import MedusaProposer, auto_tree
-    from .tree import parse_tree, tree_from_acceptance
+    from .proposers.medusa import MedusaProposer
     folder = heads or default_draft(target, DEFAULT_MEDUSA, "medusa")
     model, trees = load_heads(folder, target.model.embed.weight, target.model.dtype)
-    acceptance = trees["acceptance"]
-    if tree in (None, "auto"):
-        profile = target.profile()
-        shape, _ = auto_tree(acceptance, profile.tree_cost, profile.draft_cost.get("medusa", 0.0))
-    elif tree.isdigit():
-        if not 1 <= int(tree) <= 256:
-            raise VerispecError(f"a Medusa tree takes 1 to 256 nodes, got {tree}")
-        shape = tree_from_acceptance(acceptance, int(tree))[0]
-    else:
-        shape = parse_tree(tree)
+    shape = tree_shape(target, trees["acceptance"], tree, "medusa")
     if shape.depth > model.num_heads:
         raise VerispecError(f"the tree is {shape.depth} deep but {folder} has only {model.num_heads} heads")
-    return MedusaProposer(model, shape, acceptance)
+    return MedusaProposer(model, shape, trees["acceptance"])
+
+
+def tree_shape(target: Target, acceptance: list[list[float]], tree: str | None, method: str):
+    """The token tree `tree` names, for a proposer whose per-depth, per-rank accuracy is `acceptance`: None or
+    "auto" (the size the cost profile predicts fastest), a node count ("32": the best tree of that size), per-depth
+    widths ("3,2,1") or a JSON file of paths."""
+    from .proposers.medusa import auto_tree
+    from .tree import parse_tree, tree_from_acceptance
+    if tree in (None, "auto"):
+        profile = target.profile()
+        return auto_tree(acceptance, profile.tree_cost, profile.draft_cost.get(method, 0.0))[0]
+    if tree.isdigit():
+        if not 1 <= int(tree) <= 256:
+            raise VerispecError(f"a tree takes 1 to 256 nodes, got {tree}")
+        return tree_from_acceptance(acceptance, int(tree))[0]
+    return parse_tree(tree)
+
+
+def eagle_proposer(target: Target, head: str | None = None, tree: str | None = None):
+    """The EAGLE head (default: the shipped one) drafting `tree`: "chain" (default: sampled, with q), "dynamic"
+    or "dynamic:N" (EAGLE-2, verifying the N most confident drafted nodes; N defaults to the tree size the cost
+    profile predicts fastest), or a static tree as for Medusa (a node count, per-depth widths, a JSON file)."""
+    from .model.eagle import load_eagle
+    from .proposers.eagle import EagleProposer
+    model, cfg = load_eagle(head or default_draft(target, DEFAULT_EAGLE, "eagle"), target.model, target.model.dtype)
+    acceptance = cfg["acceptance"]
+    if tree in (None, "chain"):
+        return EagleProposer(model)
+    if tree == "dynamic" or tree.startswith("dynamic:"):
+        size = tree.partition(":")[2]
+        if size and not (size.isdigit() and 1 <= int(size) <= 64):
+            raise VerispecError(f"--tree dynamic:N takes N from 1 to 64, got {size!r}")
+        nodes = int(size) if size else tree_shape(target, acceptance, "auto", "eagle").size
+        return EagleProposer(model, "dynamic", nodes=nodes, depth=len(acceptance), expand=min(nodes, 8))
+    return EagleProposer(model, "static", tree_shape(target, acceptance, tree, "eagle"))
 
 
 def make_engine(method: str, target: Target, draft: str | None = None, ngram_max: int = 3,

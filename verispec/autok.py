@@ -32,10 +32,27 @@ class CostProfile:
     measured: bool = False     # False: the built-in defaults (a bf16 CPU profile of the default model)
     meta: dict = field(default_factory=dict)
     tree_curve: dict[int, float] = field(default_factory=dict)   # tree of n nodes (+ root): T(n + 1)/T(1)
+    # batches of B sequences (serving): batch_curve[B][n] = T_B(n)/T_B(1), a packed pass of n tokens per
+    # sequence against one token per sequence; batch_scale[B] = T_B(1)/T_1(1)
+    batch_curve: dict[int, dict[int, float]] = field(default_factory=dict)
+    batch_scale: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self):
         self.curve = monotone_curve(self.curve)
         self.tree_curve = monotone_curve(self.tree_curve) if self.tree_curve else {}
+        self.batch_curve = {b: monotone_curve(row) for b, row in self.batch_curve.items()}
+
+    def batch_costs(self, method: str, batch: int, drafts_together: bool = False) -> tuple[float, dict[int, float]]:
+        """(c, curve) for one sequence of a batch of `batch`, from the smallest measured batch size >= it (the
+        largest measured, beyond them). The target pass is shared, so the curve is the batch's. Drafting one
+        sequence at a time costs B times c T_1(1) per step, so relative to the shared pass c grows as
+        B T_1(1)/T_B(1); drafts run together (packed draft passes) scale about as the target's pass does, and c
+        stays as measured for one sequence."""
+        c = self.draft_cost.get(method, 0.05)
+        if batch <= 1 or not self.batch_curve:
+            return c, self.curve
+        b = min((m for m in self.batch_curve if m >= batch), default=max(self.batch_curve))
+        return (c if drafts_together else c * batch / self.batch_scale[b]), self.batch_curve[b]
 
     def tree_cost(self, nodes: int) -> float:
         """T(1 + nodes)/T(1) for a token tree: interpolated from the measured tree sizes, else the chain curve."""
@@ -54,7 +71,10 @@ class CostProfile:
             d = json.loads(Path(path).read_text())
             return cls({int(n): float(v) for n, v in d["curve"].items()}, d["draft_cost"], d["alpha"],
                        d.get("measured", True), d.get("meta", {}),
-                       {int(n): float(v) for n, v in d.get("tree_curve", {}).items()})
+                       {int(n): float(v) for n, v in d.get("tree_curve", {}).items()},
+                       {int(b): {int(n): float(v) for n, v in row.items()}
+                        for b, row in d.get("batch_curve", {}).items()},
+                       {int(b): float(v) for b, v in d.get("batch_scale", {}).items()})
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise VerispecError(f"cannot read profile {path}: {e}") from None
 
@@ -62,7 +82,10 @@ class CostProfile:
         from .files import atomic_file
         with atomic_file(path) as f:
             json.dump({**asdict(self), "curve": {str(n): v for n, v in self.curve.items()},
-                       "tree_curve": {str(n): v for n, v in self.tree_curve.items()}}, f, indent=1)
+                       "tree_curve": {str(n): v for n, v in self.tree_curve.items()},
+                       "batch_curve": {str(b): {str(n): v for n, v in row.items()}
+                                       for b, row in self.batch_curve.items()},
+                       "batch_scale": {str(b): v for b, v in self.batch_scale.items()}}, f, indent=1)
 
     def chooser(self, method: str, k_max: int = 12) -> "AutoK":
         return AutoK(self.draft_cost.get(method, 0.05), self.curve, self.alpha.get(method, 0.5), k_max=k_max)

@@ -67,6 +67,24 @@ def _decoding_flags(p: argparse.ArgumentParser, k_list: bool = False) -> None:
                                   "size the cost profile predicts fastest)")
 
 
+def _head_training_flags(p: argparse.ArgumentParser, what: str, batch: int, batch_help: str,
+                         eval_examples: int) -> None:
+    """Flags shared by the commands that train on the target's features (train-medusa, train-eagle)."""
+    p.add_argument("--data", required=True, help="a distill-data folder")
+    p.add_argument("--out", required=True, help=f"output {what} (features, checkpoints go to OUT.work/)")
+    p.add_argument("--model", help="the target the data came from (default: SmolLM2-135M)")
+    p.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="the target's dtype for features")
+    p.add_argument("--head-tokens", type=int, default=8192, help="output vocabulary: the most frequent tokens")
+    p.add_argument("--steps", type=int, default=1000)
+    p.add_argument("--batch", type=int, default=batch, help=batch_help)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--max-answers", type=int, default=None, help="use at most this many training answers")
+    p.add_argument("--max-tokens", type=int, default=320, help="longest sequence fed to the target")
+    p.add_argument("--eval-every", type=int, default=100, help="held-out evaluation + checkpoint interval")
+    p.add_argument("--eval-examples", type=int, default=eval_examples)
+    p.add_argument("--seed", type=int, default=0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="verispec", description="Exact speculative decoding of Llama-family models.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -109,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--context", type=int, default=256, help="cached tokens before the n new ones")
     c.add_argument("--repeats", type=int, default=7)
     c.add_argument("--json", dest="json_out", metavar="OUT")
+    c.add_argument("--batch", help="also time packed passes of B sequences, e.g. 1,2,4,8,16 (the serving cost "
+                                   "curves behind batch-aware k)")
+    c.add_argument("--profile", help="with --batch: save the batch curves into this cost profile file")
     _model_flags(c)  # --draft PATH (or "default") also measures the draft step cost c
 
     pr = sub.add_parser("profile", help="measure cost curve, draft costs and alpha; predicted vs measured speedup")
@@ -180,20 +201,49 @@ def build_parser() -> argparse.ArgumentParser:
     td.add_argument("--seed", type=int, default=0)
 
     tm = sub.add_parser("train-medusa", help="train Medusa heads on the target's hidden states (resumable)")
-    tm.add_argument("--data", required=True, help="a distill-data folder")
-    tm.add_argument("--out", required=True, help="output heads folder (features, checkpoints go to OUT.work/)")
-    tm.add_argument("--model", help="the target the data came from (default: SmolLM2-135M)")
-    tm.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="the target's dtype for features")
+    _head_training_flags(tm, "heads folder", batch=512, batch_help="hidden-state rows per step", eval_examples=120)
     tm.add_argument("--heads", type=int, default=4, help="number of heads K (head i guesses token t + i + 1)")
-    tm.add_argument("--head-tokens", type=int, default=8192, help="output vocabulary: the most frequent tokens")
-    tm.add_argument("--steps", type=int, default=1000)
-    tm.add_argument("--batch", type=int, default=512, help="hidden-state rows per step")
-    tm.add_argument("--lr", type=float, default=1e-3)
-    tm.add_argument("--max-answers", type=int, default=None, help="use at most this many training answers")
-    tm.add_argument("--max-tokens", type=int, default=320, help="longest sequence fed to the target")
-    tm.add_argument("--eval-every", type=int, default=100, help="held-out evaluation + checkpoint interval")
-    tm.add_argument("--eval-examples", type=int, default=120)
-    tm.add_argument("--seed", type=int, default=0)
+
+    te = sub.add_parser("train-eagle", help="train an EAGLE head on the target's features (resumable)")
+    _head_training_flags(te, "head folder", batch=8, batch_help="sequences per step", eval_examples=60)
+    te.add_argument("--cls-weight", type=float, default=0.1, help="weight of the KL term (EAGLE: 0.1)")
+    te.add_argument("--noise", type=float, default=0.1, help="uniform noise on input features (EAGLE: 0.1)")
+    te.add_argument("--stop-at", type=int, default=None, help="stop after this step's checkpoint (resume later)")
+    te.add_argument("--bf16-autocast", action="store_true", help="train under bf16 autocast (faster on CPUs with "
+                                                                  "bf16 matrix units; weights stay fp32)")
+
+    sv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server with batched speculative decoding")
+    sv.add_argument("--method", default="ngram", help="default speculative method (requests may override it)")
+    sv.add_argument("--k", type=_k_arg, default="auto", help="default draft length, or 'auto' (batch-aware)")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--max-batch", type=int, default=16, help="sequences decoded together, at most")
+    sv.add_argument("--name", help="model name clients use (default: the model folder's name)")
+    sv.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    _model_flags(sv)
+
+    bb = sub.add_parser("bench-batch", help="throughput of batched decoding: a method against plain, by batch size")
+    bb.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (e.g. bench/dev_prompts.jsonl)")
+    bb.add_argument("--method", default="ngram")
+    bb.add_argument("--k", type=_k_arg, default="auto")
+    bb.add_argument("--batch", default="1,2,4,8,16", help="batch sizes (default 1,2,4,8,16)")
+    bb.add_argument("--max-new-tokens", type=int, default=64)
+    bb.add_argument("--requests", type=int, default=8,
+                    help="requests served per run: at least this many, and at least 3 B (default 8)")
+    bb.add_argument("--repeats", type=int, default=3, help="runs per batch size and method, interleaved")
+    bb.add_argument("--json", dest="json_out", metavar="OUT")
+    _model_flags(bb)
+
+    lt = sub.add_parser("loadtest", help="N concurrent OpenAI clients for a fixed time: throughput, latency, errors")
+    lt.add_argument("--url", help="a running server's base URL (default: start one on a free loopback port)")
+    lt.add_argument("--clients", type=int, default=8)
+    lt.add_argument("--duration", type=float, default=30.0, help="seconds per method")
+    lt.add_argument("--methods", default="plain,ngram", help="speculative methods to compare, one after another")
+    lt.add_argument("--max-tokens", type=int, default=64)
+    lt.add_argument("--prompts", nargs="+", default=["bench/dev_prompts.jsonl"])
+    lt.add_argument("--max-batch", type=int, default=16)
+    lt.add_argument("--json", dest="json_out", metavar="OUT")
+    _model_flags(lt)
 
     f = sub.add_parser("fetch", help="download and convert a model into the local cache, then print its folder")
     f.add_argument("--model", help="a .gguf file or model folder; default: the embedded SmolLM2-135M")
@@ -274,6 +324,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "train-medusa":
             from .train.train_medusa_cmd import cmd_train_medusa
             return cmd_train_medusa(args)
+        if args.command == "train-eagle":
+            from .train.train_eagle_cmd import cmd_train_eagle
+            return cmd_train_eagle(args)
+        if args.command == "serve":
+            from .serve.commands import cmd_serve
+            return cmd_serve(args)
+        if args.command == "bench-batch":
+            from .serve.commands import cmd_bench_batch
+            return cmd_bench_batch(args)
+        if args.command == "loadtest":
+            from .serve.loadtest import cmd_loadtest
+            return cmd_loadtest(args)
         if args.command == "fetch":
             from .model.loader import resolve
             print(resolve(args.model))

@@ -63,10 +63,71 @@ def cmd_cost_curve(args) -> int:
         step = cost_curve(draft, [1], args.context, args.repeats)[1]
         draft_cost = step / curve[1]
         print(f"draft step: {step * 1e3:.2f} ms -> c = {draft_cost:.3f} of a target pass")
+    batch = measure_batches(args, target, curve[1]) if args.batch else None
     if args.json_out:
         with atomic_file(args.json_out) as f:
             json.dump({"dtype": args.dtype, "device": str(target.model.device), "context": args.context,
                        "seconds": {str(n): t for n, t in curve.items()},
-                       "relative": {str(n): curve[n] / curve[1] for n in ns}, "draft_cost_c": draft_cost}, f,
-                      indent=1)
+                       "relative": {str(n): curve[n] / curve[1] for n in ns}, "draft_cost_c": draft_cost,
+                       "batch": batch}, f, indent=1)
     return 0
+
+
+def measure_batches(args, target, t1: float) -> dict:
+    """`cost-curve --batch`: the packed-pass curve for each batch size; saved into a cost profile with --profile."""
+    from .errors import VerispecError
+    try:
+        sizes = sorted({int(b) for b in args.batch.split(",") if b.strip()})
+    except ValueError:
+        raise VerispecError(f"--batch takes batch sizes such as 1,2,4,8,16, got {args.batch!r}") from None
+    if not sizes or sizes[0] < 1 or sizes[-1] > 256:
+        raise VerispecError("--batch sizes must be in 1..256")
+    ns = list(range(1, args.max_n + 1))
+    table = batch_cost_curve(target.model, sizes, ns, args.context, args.repeats)
+    print(f"\npacked passes of B sequences, n tokens each: T_B(n)/T_B(1), and T_B(1)/T_1(1)")
+    print(f"{'B':>3} {'T_B(1)/T_1(1)':>14} " + " ".join(f"{n:>5}" for n in ns))
+    for b in sizes:
+        print(f"{b:>3} {table[b][1] / t1:>14.2f} " + " ".join(f"{table[b][n] / table[b][1]:>5.2f}" for n in ns))
+    curve = {b: {n: table[b][n] / table[b][1] for n in ns} for b in sizes}
+    scale = {b: table[b][1] / t1 for b in sizes}
+    if args.profile:
+        from pathlib import Path
+
+        from .autok import CostProfile
+        profile = CostProfile.load(args.profile) if Path(args.profile).exists() else target.profile()
+        profile.batch_curve, profile.batch_scale = curve, scale
+        profile.save(args.profile)
+        print(f"batch cost curves saved into {args.profile}")
+    return {"curve": {str(b): {str(n): v for n, v in row.items()} for b, row in curve.items()},
+            "scale": {str(b): v for b, v in scale.items()}}
+
+
+@torch.inference_mode()
+def batch_cost_curve(model: Llama, batches: list[int], ns: list[int], context: int = 256,
+                     repeats: int = 5) -> dict[int, dict[int, float]]:
+    """Median seconds of one packed pass (+ logits) of B sequences with n new tokens each, for each B and n.
+
+    Each sequence has `context` cached tokens of its own; the pass is `Llama.forward_packed`, as the serving
+    batch runs it (for B = 1, a plain forward)."""
+    device, g = model.device, torch.Generator().manual_seed(0)
+    caches = [model.new_cache(context + max(ns)) for _ in range(max(batches))]
+    for cache in caches:
+        prefix = torch.randint(0, model.cfg.vocab_size, (1, context), generator=g).to(device)
+        model(prefix, torch.arange(context, device=device)[None], cache)
+    positions = {n: torch.arange(context, context + n, device=device)[None] for n in ns}
+    times = {b: {n: [] for n in ns} for b in batches}
+    for _ in range(repeats + 1):                       # the first round warms up and is discarded
+        for b in batches:
+            for n in ns:
+                for cache in caches[:b]:
+                    cache.truncate(context)
+                segments = [(torch.randint(0, model.cfg.vocab_size, (1, n), generator=g).to(device), positions[n],
+                             cache, None) for cache in caches[:b]]
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                model.logits(torch.cat(model.forward_packed(segments), 1))
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                times[b][n].append(time.perf_counter() - t0)
+    return {b: {n: statistics.median(t[1:]) for n, t in row.items()} for b, row in times.items()}

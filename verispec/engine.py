@@ -6,6 +6,10 @@ Invariant: the target's KV cache holds every token of the sequence except the ne
   3. `verify_chain` accepts a prefix and draws the recovered or bonus token,
   4. the cache is truncated to the accepted prefix.
 With no proposer, step 3 simply samples from p: plain decoding uses the very same sampler.
+
+A `Sequence` is one generation in progress; each cycle it plans its target pass (`plan`) and then finishes the
+cycle from that pass's hidden states (`finish`). `Engine.generate` runs one sequence; the serving batch
+(`verispec.serve.batch`) runs many and packs their target passes into one.
 """
 from __future__ import annotations
 
@@ -53,15 +57,200 @@ class GenerationConfig:
 class Generation:
     token_ids: list[int]
     stats: GenerationStats
-    finish_reason: str          # "stop" (a stop token) or "length"
+    finish_reason: str          # "stop" (a stop token), "length", or "cancelled" (Sequence.cancel)
+
+
+@dataclass
+class Pass:
+    """One cycle's target pass, as a sequence plans it: [newest token, draft tokens] at their positions."""
+    proposal: Proposal
+    tokens: torch.Tensor                # [1, 1+n]
+    positions: torch.Tensor             # [1, 1+n]
+    mask: torch.Tensor | None           # [1, 1+n, S] a tree's ancestry mask; None: a causal chain
+    start: int                          # the cache's length before the pass
+
+    def inputs(self, cache) -> tuple:
+        """The target's forward arguments for this pass."""
+        return self.tokens, self.positions, cache, self.mask
+
+
+class Sequence:
+    """One generation in progress: its output, KV cache, proposer, random stream, automatic-k state and stats."""
+
+    def __init__(self, target: Llama, proposer: Proposer | None, prompt: list[int], cfg: GenerationConfig,
+                 profile: CostProfile, on_tokens: Callable[[list[int]], None] | None = None):
+        if not prompt:
+            raise VerispecError("the prompt is empty")
+        self.target, self.proposer, self.prompt, self.cfg, self.on_tokens = target, proposer, prompt, cfg, on_tokens
+        tree = getattr(proposer, "tree", None)      # a tree proposer fills the same token tree every cycle
+        if cfg.acceptance == "typical" and tree is None:
+            raise VerispecError("typical acceptance needs a tree method (draft-tree or medusa)")
+        limit = target.cfg.max_position
+        if cfg.longest_draft + 1 > limit // 2:
+            raise VerispecError(f"k = {cfg.longest_draft} is too large for a context of {limit} tokens")
+        k = 0 if proposer is None else cfg.longest_draft
+        nodes = tree.size if tree is not None else getattr(proposer, "max_nodes", 0)   # a dynamic tree's bound
+        self.capacity = len(prompt) + cfg.max_new_tokens + max(k, nodes) + 1
+        if self.capacity > limit:
+            raise VerispecError(f"prompt ({len(prompt)} tokens) plus max-new-tokens ({cfg.max_new_tokens}) "
+                                f"exceeds the model's context of {limit} tokens")
+        # proposers that draft from the target's own features (Medusa) hear the hidden states of kept positions
+        self._observe = getattr(proposer, "observe", None)
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.stats = GenerationStats(prompt_tokens=len(prompt), lossy=cfg.acceptance == "typical")
+        self.cache, self.cached_tokens = None, []   # cached_tokens: tokens whose keys/values are in self.cache
+        self.out: list[int] = []
+        self.finish_reason: str | None = None
+        # k = "auto": chains choose k every cycle; a tree proposer that knows its expected yield (Medusa) verifies
+        # its whole tree or decodes plainly, whichever is predicted faster; other tree proposers always draft
+        self.auto = None
+        if cfg.k == "auto" and proposer is not None:
+            expected = getattr(proposer, "expected_accepted", None)
+            if tree is None:
+                self.auto = profile.chooser(proposer.name, cfg.k_max)
+            elif expected is not None:
+                self.auto = profile.tree_chooser(proposer.name, tree.cut(cfg.k_max), expected)
+        self._t_start = time.perf_counter()
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    def prefill(self, cache=None, cached_tokens: list[int] = ()) -> None:
+        """Fill a cache with the prompt (reusing `cache` and the prefix it shares with `cached_tokens`, if given)
+        and draw the first token."""
+        if self.proposer is not None:
+            self.proposer.prepare(self.capacity)
+        keep = 0
+        if cache is not None and cache.capacity >= self.capacity:
+            for a, b in zip(cached_tokens, self.prompt[:-1]):
+                if a != b:
+                    break
+                keep += 1
+        else:
+            cache = self.target.new_cache(self.capacity)
+        cache.truncate(keep)
+        self.cache, self.cached_tokens = cache, list(self.prompt)
+        device, prompt = self.target.device, self.prompt
+        tokens = torch.tensor([prompt[keep:]], device=device)                     # [1, n]
+        positions = torch.arange(keep, len(prompt), device=device)[None]          # [1, n]
+        hidden = self.target(tokens, positions, cache)                            # [1, n, D]
+        if self._observe is not None:
+            self._observe(hidden[0])
+        logits = self.target.logits(hidden[:, -1:])                               # [1, 1, vocab]
+        self.stats.target_passes = 1
+        first = sample(probs(logits[:, 0], self.cfg.sampling), torch.rand(1, generator=self.gen).to(device))
+        self.out.append(int(first))
+        self.stats.time_prefill_s = time.perf_counter() - self._t_start
+        self._emit(0)
+
+    def draft_length(self) -> int:
+        """How many tokens to draft this cycle (0: decode plainly); consults automatic k, once per cycle."""
+        budget = self.cfg.max_new_tokens - len(self.out)   # tokens still allowed, the recovered/bonus one included
+        k = self.auto.next_k() if self.auto is not None else self.cfg.longest_draft
+        return min(k, budget - 1) if self.proposer is not None and budget > 1 and k > 0 else 0
+
+    def context(self) -> list[int]:
+        return self.prompt + self.out
+
+    def plan(self, k: int, proposal: Proposal | None = None) -> Pass:
+        """Draft k tokens (unless `proposal` brings them, drafted together with other sequences) and lay out
+        the target pass that checks them."""
+        t0 = time.perf_counter()
+        cfg, device, newest = self.cfg, self.target.device, self.out[-1]
+        if proposal is None:
+            proposal = self.proposer.propose(self.context(), k, cfg.sampling, self.gen) if k else Proposal([])
+        start, tree = self.cache.length, proposal.tree
+        tokens = torch.tensor([[newest] + proposal.tokens], device=device)        # [1, 1+n]
+        mask = None
+        if tree is None:
+            positions = torch.arange(start, start + tokens.shape[1], device=device)[None]   # [1, 1+n]
+        else:
+            positions = (start + torch.tensor(tree.depths, device=device))[None]           # [1, 1+n]
+            mask = torch.cat([torch.ones(1 + tree.size, start, dtype=torch.bool, device=device),
+                              tree.ancestry.to(device)], 1)[None]                  # [1, 1+n, start+1+n]
+        self.stats.time_draft_s += time.perf_counter() - t0
+        return Pass(proposal, tokens, positions, mask, start)
+
+    def finish(self, step: Pass, hidden: torch.Tensor, logits: torch.Tensor | None = None) -> list[int]:
+        """Accept from the target's hidden states [1, 1+n, D] of `step` (and their logits [1, 1+n, V], if the
+        caller computed them already); return the tokens this cycle emitted."""
+        proposal = step.proposal
+        verify = self._verify_chain if proposal.tree is None else self._verify_tree
+        accepted, next_token = verify(step, hidden, self.target.logits(hidden) if logits is None else logits)
+        before = len(self.out)
+        self.out.extend(accepted + [next_token])
+        produced = self._emit(before)
+        depth = len(proposal.tokens) if proposal.tree is None else proposal.tree.depth
+        self.stats.record_cycle(len(proposal.tokens), len(accepted), produced, depth)
+        if self.auto is not None:
+            self.auto.update(min(len(accepted) + 1, depth), len(accepted))
+        return self.out[before:]
+
+    def result(self) -> "Generation":
+        self.stats.new_tokens = len(self.out)
+        self.stats.time_total_s = time.perf_counter() - self._t_start
+        return Generation(self.out, self.stats, self.finish_reason)
+
+    def _verify_chain(self, step: Pass, hidden: torch.Tensor, logits: torch.Tensor):
+        """Accept a prefix of the chain; leave the cache holding what was kept."""
+        proposal, device, k = step.proposal, self.target.device, len(step.proposal.tokens)
+        p = probs(logits, self.cfg.sampling)                                       # [1, k+1, V]
+        q = None if proposal.q is None else proposal.q[None]                      # [1, k, V]
+        u_accept = torch.rand(1, k, generator=self.gen).to(device)
+        u_final = torch.rand(1, generator=self.gen).to(device)
+        num_accepted, next_token = verify_chain(p, q, step.tokens[:, 1:], u_accept, u_final)
+        n = int(num_accepted)
+        self.cache.truncate(step.start + 1 + n)                                    # newest + accepted drafts
+        self.cached_tokens.extend([int(step.tokens[0, 0])] + proposal.tokens[:n])
+        if self._observe is not None:
+            self._observe(hidden[0, :n + 1])                                       # [n+1, D]
+        return proposal.tokens[:n], int(next_token)
+
+    def _verify_tree(self, step: Pass, hidden: torch.Tensor, logits: torch.Tensor):
+        """Accept a root-to-node path of the tree; keep only that path in the cache."""
+        proposal, tree = step.proposal, step.proposal.tree
+        p = probs(logits, self.cfg.sampling)[0]                                    # [1+n, V]
+        u_accept = torch.rand(1 + tree.size, generator=self.gen)
+        u_final = torch.rand((), generator=self.gen)
+        if self.cfg.acceptance == "typical":                                       # LOSSY
+            path, next_token = verify_tree_typical(p, proposal.tokens, tree, u_final)
+        else:
+            path, next_token = verify_tree(p, proposal.q, proposal.tokens, tree, u_accept, u_final)
+        self.cache.compact(step.start, torch.tensor([0] + path))                   # newest + accepted path
+        accepted = [proposal.tokens[i - 1] for i in path]
+        self.cached_tokens.extend([int(step.tokens[0, 0])] + accepted)
+        if self._observe is not None:
+            self._observe(hidden[0, [0] + path])                                   # [1+len(path), D]
+        return accepted, next_token
+
+    def cancel(self) -> None:
+        """Stop early (a client went away, or a stop string matched)."""
+        if self.finish_reason is None:
+            self.finish_reason = "cancelled"
+
+    def _emit(self, before: int) -> int:
+        """Cut the output at a stop token or the length budget, report the new tokens, and return how many tokens
+        the model produced this cycle (a stop token included)."""
+        out, cfg = self.out, self.cfg
+        produced = len(out) - before
+        for i in range(before, len(out)):
+            if out[i] in cfg.stop_token_ids:
+                del out[i:]
+                self.finish_reason, produced = "stop", i + 1 - before
+                break
+        if self.finish_reason is None and len(out) >= cfg.max_new_tokens:
+            del out[cfg.max_new_tokens:]
+            self.finish_reason, produced = "length", len(out) - before
+        if self.on_tokens is not None and len(out) > before:
+            self.on_tokens(out[before:])
+        return produced
 
 
 class Engine:
     def __init__(self, target: Llama, proposer: Proposer | None = None, profile: CostProfile | None = None):
         """profile: the cost model behind k = "auto" (built-in defaults when None)."""
         self.target, self.proposer, self.profile = target, proposer, profile or CostProfile()
-        # proposers that draft from the target's own features (Medusa) hear the hidden states of kept positions
-        self._observe = getattr(proposer, "observe", None)
         self.cache = None
         self.cached_tokens: list[int] = []      # tokens whose keys/values are in self.cache
 
@@ -74,153 +263,23 @@ class Engine:
     def method(self) -> str:
         return "plain" if self.proposer is None else self.proposer.name
 
-    def capacity_needed(self, prompt_len: int, cfg: GenerationConfig) -> int:
-        k = 0 if self.proposer is None else cfg.longest_draft
-        tree = self.static_tree            # a tree proposer verifies all its nodes at once (its draft caches them)
-        return prompt_len + cfg.max_new_tokens + max(k, tree.size if tree is not None else 0) + 1
-
-    def check_fits(self, prompt_len: int, cfg: GenerationConfig) -> None:
-        limit = self.target.cfg.max_position
-        if cfg.longest_draft + 1 > limit // 2:
-            raise VerispecError(f"k = {cfg.longest_draft} is too large for a context of {limit} tokens")
-        if self.capacity_needed(prompt_len, cfg) > limit:
-            raise VerispecError(f"prompt ({prompt_len} tokens) plus max-new-tokens ({cfg.max_new_tokens}) "
-                                f"exceeds the model's context of {limit} tokens")
-
-    def _prefill(self, prompt: list[int], capacity: int, reuse_prefix: bool) -> torch.Tensor:
-        """Fill the cache with the prompt (reusing a shared prefix if asked); return the last position's logits."""
-        if self.cache is None or self.cache.capacity < capacity:
-            self.cache, self.cached_tokens = self.target.new_cache(capacity), []
-        keep = 0
-        if reuse_prefix:
-            for a, b in zip(self.cached_tokens, prompt[:-1]):
-                if a != b:
-                    break
-                keep += 1
-        self.cache.truncate(keep)
-        device = self.target.device
-        tokens = torch.tensor([prompt[keep:]], device=device)                     # [1, n]
-        positions = torch.arange(keep, len(prompt), device=device)[None]          # [1, n]
-        hidden = self.target(tokens, positions, self.cache)                       # [1, n, D]
-        self.cached_tokens = list(prompt)
-        if self._observe is not None:
-            self._observe(hidden[0])
-        return self.target.logits(hidden[:, -1:])                                 # [1, 1, vocab]
+    def sequence(self, prompt: list[int], cfg: GenerationConfig,
+                 on_tokens: Callable[[list[int]], None] | None = None) -> Sequence:
+        """A new generation with this engine's target, proposer and cost profile (checked, not yet prefilled)."""
+        return Sequence(self.target, self.proposer, prompt, cfg, self.profile, on_tokens)
 
     @torch.inference_mode()
     def generate(self, prompt: list[int], cfg: GenerationConfig,
                  on_tokens: Callable[[list[int]], None] | None = None, reuse_prefix: bool = False) -> Generation:
         """Generate up to cfg.max_new_tokens tokens after `prompt`; `on_tokens` hears each cycle's new tokens."""
-        if not prompt:
-            raise VerispecError("the prompt is empty")
-        if cfg.acceptance == "typical" and self.static_tree is None:
-            raise VerispecError("typical acceptance needs a tree method (draft-tree or medusa)")
-        self.check_fits(len(prompt), cfg)
-        capacity = self.capacity_needed(len(prompt), cfg)
-        if self.proposer is not None:
-            self.proposer.prepare(capacity)
-        device = self.target.device
-        gen = torch.Generator().manual_seed(cfg.seed)
-        stats = GenerationStats(prompt_tokens=len(prompt), lossy=cfg.acceptance == "typical")
-        t_start = time.perf_counter()
-
-        logits = self._prefill(prompt, capacity, reuse_prefix)
-        stats.target_passes = 1
-        # k = "auto": chains choose k every cycle; a tree proposer that knows its expected yield (Medusa) verifies
-        # its whole tree or decodes plainly, whichever is predicted faster; other tree proposers always draft
-        auto = None
-        if cfg.k == "auto" and self.proposer is not None:
-            tree, expected = self.static_tree, getattr(self.proposer, "expected_accepted", None)
-            if tree is None:
-                auto = self.profile.chooser(self.method, cfg.k_max)
-            elif expected is not None:
-                auto = self.profile.tree_chooser(self.method, tree.cut(cfg.k_max), expected)
-        first = sample(probs(logits[:, 0], cfg.sampling), torch.rand(1, generator=gen).to(device))  # [1]
-        out = [int(first)]
-        stats.time_prefill_s = time.perf_counter() - t_start
-        finish, _ = self._emit(out, 0, cfg, on_tokens)
-
-        while finish is None:
-            budget = cfg.max_new_tokens - len(out)            # tokens still allowed, the recovered/bonus one included
+        seq = self.sequence(prompt, cfg, on_tokens)
+        seq.prefill(self.cache, self.cached_tokens if reuse_prefix else [])
+        self.cache = seq.cache
+        while not seq.done:
+            step = seq.plan(seq.draft_length())
             t0 = time.perf_counter()
-            proposal = Proposal([])
-            k = auto.next_k() if auto is not None else cfg.longest_draft
-            if self.proposer is not None and budget > 1 and k > 0:
-                proposal = self.proposer.propose(prompt + out, min(k, budget - 1), cfg.sampling, gen)
-            t1 = time.perf_counter()
-            verify = self._verify if proposal.tree is None else self._verify_tree
-            accepted, next_token = verify(out[-1], proposal, cfg, gen)
-            stats.time_draft_s += t1 - t0
-            stats.time_verify_s += time.perf_counter() - t1
-            before = len(out)
-            out.extend(accepted + [next_token])
-            finish, produced = self._emit(out, before, cfg, on_tokens)
-            depth = len(proposal.tokens) if proposal.tree is None else proposal.tree.depth
-            stats.record_cycle(len(proposal.tokens), len(accepted), produced, depth)
-            if auto is not None:
-                auto.update(min(len(accepted) + 1, depth), len(accepted))
-
-        stats.new_tokens = len(out)
-        stats.time_total_s = time.perf_counter() - t_start
-        return Generation(out, stats, finish)
-
-    def _verify(self, newest: int, proposal: Proposal, cfg: GenerationConfig, gen: torch.Generator):
-        """One target pass over [newest, draft...]; accept a prefix; leave the cache holding what was kept."""
-        device, k = self.target.device, len(proposal.tokens)
-        start = self.cache.length
-        tokens = torch.tensor([[newest] + proposal.tokens], device=device)        # [1, k+1]
-        positions = torch.arange(start, start + k + 1, device=device)[None]       # [1, k+1]
-        hidden = self.target(tokens, positions, self.cache)                       # [1, k+1, D]
-        p = probs(self.target.logits(hidden), cfg.sampling)                       # [1, k+1, V]
-        q = None if proposal.q is None else proposal.q[None]                      # [1, k, V]
-        u_accept = torch.rand(1, k, generator=gen).to(device)
-        u_final = torch.rand(1, generator=gen).to(device)
-        num_accepted, next_token = verify_chain(p, q, tokens[:, 1:], u_accept, u_final)
-        n = int(num_accepted)
-        self.cache.truncate(start + 1 + n)                                         # newest + accepted drafts
-        self.cached_tokens.extend([newest] + proposal.tokens[:n])
-        if self._observe is not None:
-            self._observe(hidden[0, :n + 1])                                       # [n+1, D]
-        return proposal.tokens[:n], int(next_token)
-
-    def _verify_tree(self, newest: int, proposal: Proposal, cfg: GenerationConfig, gen: torch.Generator):
-        """One target pass over [newest, tree nodes] under the ancestry mask; keep the accepted path."""
-        device, tree = self.target.device, proposal.tree
-        start, n = self.cache.length, tree.size
-        tokens = torch.tensor([[newest] + proposal.tokens], device=device)        # [1, 1+n]
-        positions = (start + torch.tensor(tree.depths, device=device))[None]      # [1, 1+n]
-        mask = torch.cat([torch.ones(1 + n, start, dtype=torch.bool, device=device),
-                          tree.ancestry.to(device)], 1)[None]                      # [1, 1+n, start+1+n]
-        hidden = self.target(tokens, positions, self.cache, mask)                 # [1, 1+n, D]
-        p = probs(self.target.logits(hidden), cfg.sampling)[0]                     # [1+n, V]
-        u_accept = torch.rand(1 + n, generator=gen)
-        u_final = torch.rand((), generator=gen)
-        if cfg.acceptance == "typical":                                            # LOSSY
-            path, next_token = verify_tree_typical(p, proposal.tokens, tree, u_final)
-        else:
-            path, next_token = verify_tree(p, proposal.q, proposal.tokens, tree, u_accept, u_final)
-        self.cache.compact(start, torch.tensor([0] + path))                        # newest + accepted path
-        accepted = [proposal.tokens[i - 1] for i in path]
-        self.cached_tokens.extend([newest] + accepted)
-        if self._observe is not None:
-            self._observe(hidden[0, [0] + path])                                   # [1+len(path), D]
-        return accepted, next_token
-
-    @staticmethod
-    def _emit(out: list[int], before: int, cfg: GenerationConfig, on_tokens) -> tuple[str | None, int]:
-        """Cut `out` at a stop token or the length budget and report the new tokens.
-
-        Returns (why generation finished or None, tokens the model produced this cycle, a stop token included).
-        """
-        finish, produced = None, len(out) - before
-        for i in range(before, len(out)):
-            if out[i] in cfg.stop_token_ids:
-                del out[i:]
-                finish, produced = "stop", i + 1 - before
-                break
-        if finish is None and len(out) >= cfg.max_new_tokens:
-            del out[cfg.max_new_tokens:]
-            finish, produced = "length", len(out) - before
-        if on_tokens is not None and len(out) > before:
-            on_tokens(out[before:])
-        return finish, produced
+            hidden = self.target(*step.inputs(seq.cache))                         # [1, 1+n, D]
+            seq.finish(step, hidden)
+            seq.stats.time_verify_s += time.perf_counter() - t0
+        self.cached_tokens = seq.cached_tokens
+        return seq.result()

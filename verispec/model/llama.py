@@ -99,6 +99,23 @@ class RowPaths:
         return cls(shared, tuple((shared + row[shared:].nonzero()[:, 0]).to(device) for row in mask))
 
 
+@dataclass
+class Packed:
+    """Several sequences' new tokens in one pass: rows [sum n_i] packed end to end, each sequence with its own
+    cache and attention rule. Matrix products run over the packed rows (in blocks of up to ROWWISE_MAX_TOKENS,
+    which keeps each row's result independent of its neighbours); attention runs per sequence."""
+    sizes: list[int]                    # n_i, new tokens of sequence i
+    caches: list[KVCache]
+    masks: list                         # per sequence: None (one token), ROWWISE, RowPaths or a [1, 1, n_i, S] mask
+
+
+def by_rows(fn, x: torch.Tensor) -> torch.Tensor:
+    """fn over x [1, N, ...] in blocks of up to ROWWISE_MAX_TOKENS rows (fn acts on each row alone)."""
+    if x.shape[1] <= ROWWISE_MAX_TOKENS:
+        return fn(x)
+    return torch.cat([fn(block) for block in x.split(ROWWISE_MAX_TOKENS, 1)], 1)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
@@ -106,9 +123,11 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(cfg.hidden_size, (self.h + 2 * self.hkv) * self.d, bias=False)  # fused q, k, v
         self.wo = nn.Linear(self.h * self.d, cfg.hidden_size, bias=False)
 
-    def forward(self, x, cos, sin, cache: KVCache, layer: int, mask):
+    def forward(self, x, cos, sin, cache: KVCache | Packed | None, layer: int, mask):
         b, t, _ = x.shape                                       # x: [batch, n, D]
-        qkv = self.wqkv(x).view(b, t, self.h + 2 * self.hkv, self.d).transpose(1, 2)  # [batch, heads, n, d]
+        packed = isinstance(cache, Packed)
+        qkv = by_rows(self.wqkv, x) if packed else self.wqkv(x)
+        qkv = qkv.view(b, t, self.h + 2 * self.hkv, self.d).transpose(1, 2)      # [batch, heads, n, d]
         qk, v = qkv.split((self.h + self.hkv, self.hkv), dim=1)
         # rotate-half RoPE on q and k at once: rotate_half(x) * sin == roll(x, d/2) * sin_signed
         qk = qk * cos + qk.roll(self.d // 2, dims=-1) * sin      # cos, sin: [batch, 1, n, d]
@@ -116,14 +135,26 @@ class Attention(nn.Module):
         if cache is None:                                       # training: attend within the block only
             return self.wo(F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=True)
                            .transpose(1, 2).reshape(b, t, self.h * self.d))
+        if packed:                                              # each sequence attends over its own cache
+            y = torch.cat([self._attend(*qkv_i, c, layer, m) for *qkv_i, c, m in
+                           zip(q.split(cache.sizes, 2), k.split(cache.sizes, 2), v.split(cache.sizes, 2),
+                               cache.caches, cache.masks)], dim=2)
+        else:
+            y = self._attend(q, k, v, cache, layer, mask)
+        y = y.transpose(1, 2).reshape(b, t, self.h * self.d)                    # y: [batch, n, h * d]
+        return by_rows(self.wo, y) if packed else self.wo(y)
+
+    def _attend(self, q, k, v, cache: KVCache, layer: int, mask) -> torch.Tensor:
+        """q: [batch, h, n, d], k, v: [batch, kv_heads, n, d] of n new tokens -> [batch, h, n, d]."""
+        t = q.shape[2]
         k_all, v_all = cache.write(layer, k, v)                 # [batch, kv_heads, S, d], S = length + n
         first = k_all.shape[2] - t
         if isinstance(mask, str):  # ROWWISE: row i sees exactly slots [0, S - n + i], as when decoded alone
-            y = torch.cat([F.scaled_dot_product_attention(q[:, :, i:i + 1], k_all[:, :, :first + i + 1],
-                                                          v_all[:, :, :first + i + 1], enable_gqa=True)
-                           for i in range(t)], dim=2)
-        elif isinstance(mask, RowPaths):  # row i sees the shared slots, then its path, laid out as if decoded alone
-            first = mask.shared
+            return torch.cat([F.scaled_dot_product_attention(q[:, :, i:i + 1], k_all[:, :, :first + i + 1],
+                                                             v_all[:, :, :first + i + 1], enable_gqa=True)
+                              for i in range(t)], dim=2)
+        if isinstance(mask, RowPaths):  # row i sees the shared slots, then its path, laid out as if decoded alone
+            b, first = q.shape[0], mask.shared
             longest = max(len(path) for path in mask.paths)
             k_row = k_all.new_empty(b, self.hkv, first + longest, self.d)        # [batch, kv_heads, S_i, d]
             v_row = v_all.new_empty(b, self.hkv, first + longest, self.d)
@@ -135,10 +166,8 @@ class Attention(nn.Module):
                 v_row[:, :, first:end] = v_all[:, :, path]
                 rows.append(F.scaled_dot_product_attention(q[:, :, i:i + 1], k_row[:, :, :end], v_row[:, :, :end],
                                                            enable_gqa=True))
-            y = torch.cat(rows, dim=2)
-        else:
-            y = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=True)
-        return self.wo(y.transpose(1, 2).reshape(b, t, self.h * self.d))         # y: [batch, h, n, d]
+            return torch.cat(rows, dim=2)
+        return F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=True)
 
 
 class MLP(nn.Module):
@@ -162,7 +191,8 @@ class Block(nn.Module):
 
     def forward(self, x, cos, sin, cache, layer, mask):
         x = x + self.attn(self.attn_norm(x), cos, sin, cache, layer, mask)
-        return x + self.mlp(self.mlp_norm(x))
+        h = self.mlp_norm(x)
+        return x + (by_rows(self.mlp, h) if isinstance(cache, Packed) else self.mlp(h))
 
 
 class Llama(nn.Module):
@@ -202,8 +232,8 @@ class Llama(nn.Module):
         return (torch.cat((cos, cos), -1)[:, None].to(self.dtype),          # [batch, 1, n, d]
                 torch.cat((-sin, sin), -1)[:, None].to(self.dtype))
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, cache: KVCache | None,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor | None, positions: torch.Tensor, cache: KVCache | None,
+                mask: torch.Tensor | None = None, embeds: torch.Tensor | None = None) -> torch.Tensor:
         """Run n new tokens through the model, appending their keys/values to `cache`.
 
         tokens, positions: [batch, n] (positions are RoPE positions; for trees they are depths, not slots).
@@ -216,36 +246,73 @@ class Llama(nn.Module):
         (CPU bf16, prepacked) speculative and plain decoding then produce bitwise-equal logits; elsewhere they
         differ only by the matrix products' rounding (~1e-5 relative in fp32). An explicit mask (a token tree) is
         attended row by row too, each row over its own path (RowPaths), in blocks of up to ROWWISE_MAX_TOKENS rows.
+        embeds [batch, n, D], instead of tokens: input vectors fed in place of token embeddings (an EAGLE head).
         """
-        b, t = tokens.shape
-        explicit = mask is not None and cache is not None        # a caller's mask (a tree), not plain causal
-        if cache is None:
-            mask = None
-        elif mask is None and 1 < t <= ROWWISE_MAX_TOKENS:
-            mask = ROWWISE
-        elif mask is None and t > 1:  # new token i sees every cached slot and new tokens 0..i
-            rows = torch.arange(t, device=tokens.device)[:, None] + cache.length
-            mask = torch.arange(cache.length + t, device=tokens.device)[None, :] <= rows  # [n, S]
-        if explicit and b == 1:
+        b, t = positions.shape
+        if mask is not None and cache is not None and b == 1 and t > ROWWISE_MAX_TOKENS:
             full = mask.view(t, cache.length + t)
-            if t > ROWWISE_MAX_TOKENS and not full[:, cache.length:].triu(1).any():
+            if not full[:, cache.length:].triu(1).any():
                 # no row attends to a later one (a tree, breadth-first): run blocks of rows one after the
                 # other, each block reading the keys the earlier ones cached, so every block stays row-invariant
                 base, out = cache.length, []
                 for s in range(0, t, ROWWISE_MAX_TOKENS):
                     e = min(t, s + ROWWISE_MAX_TOKENS)
-                    out.append(self.forward(tokens[:, s:e], positions[:, s:e], cache, full[s:e, :base + e]))
+                    out.append(self.forward(None if tokens is None else tokens[:, s:e], positions[:, s:e], cache,
+                                            full[s:e, :base + e], None if embeds is None else embeds[:, s:e]))
                 return torch.cat(out, 1)
-            if t <= ROWWISE_MAX_TOKENS:
-                mask = RowPaths.from_mask(full)
-        if isinstance(mask, torch.Tensor):
-            mask = mask.view(-1, 1, t, cache.length + t)        # [batch or 1, 1, n, S]
-        cos, sin = self.rope(positions)
-        x = self.embed(tokens)                                  # [batch, n, D]
-        for i, block in enumerate(self.layers):
-            x = block(x, cos, sin, cache, i, mask)
+        x = self.embed(tokens) if embeds is None else embeds                  # [batch, n, D]
+        hidden = self._run(x, positions, cache, self._attention_rule(b, t, cache, mask))
         if cache is not None:
             cache.advance(t)
+        return hidden
+
+    def forward_packed(self, segments: list[tuple]) -> list[torch.Tensor]:
+        """One pass over several sequences' new tokens: segments [(tokens [1, n_i], positions [1, n_i], cache_i,
+        mask_i or None)], as `forward` takes them. Returns each sequence's hidden states [1, n_i, D].
+
+        Every row's result is the one `forward` gives for its sequence alone, bit for bit where matrix products
+        are row-invariant (CPU bf16): a sequence's output never depends on which others share its batch.
+        A segment of more than ROWWISE_MAX_TOKENS tokens runs alone, as `forward` would run it.
+        """
+        big = [i for i, (tok, *_) in enumerate(segments) if tok.shape[1] > ROWWISE_MAX_TOKENS]  # these run alone
+        rest = [i for i in range(len(segments)) if i not in big]
+        out = {i: self.forward(*segments[i]) for i in big}
+        if len(rest) == 1:
+            out[rest[0]] = self.forward(*segments[rest[0]])
+        elif rest:
+            group = [segments[i] for i in rest]
+            sizes = [tok.shape[1] for tok, *_ in group]
+            packed = Packed(sizes, [c for _, _, c, _ in group],
+                            [self._attention_rule(1, n, c, m) for n, (_, _, c, m) in zip(sizes, group)])
+            tokens = torch.cat([tok for tok, *_ in group], 1)                          # [1, sum n_i]
+            positions = torch.cat([pos for _, pos, *_ in group], 1)                    # [1, sum n_i]
+            hidden = self._run(self.embed(tokens), positions, packed, None).split(sizes, 1)
+            for i, h, c, n in zip(rest, hidden, packed.caches, sizes):
+                c.advance(n)
+                out[i] = h
+        return [out[i] for i in range(len(segments))]
+
+    def _attention_rule(self, b: int, t: int, cache: KVCache | None, mask: torch.Tensor | None):
+        """How t new tokens attend: None (one token, or training), ROWWISE (a causal chain, row by row),
+        RowPaths (a tree of one sequence, row by row over each path) or a [batch or 1, 1, n, S] bool mask."""
+        if cache is None:
+            return None
+        if mask is None:
+            if t == 1:
+                return None
+            if t <= ROWWISE_MAX_TOKENS:
+                return ROWWISE
+            rows = torch.arange(t, device=cache.k.device)[:, None] + cache.length  # token i sees slots <= its own
+            mask = torch.arange(cache.length + t, device=cache.k.device)[None, :] <= rows          # [n, S]
+        elif b == 1 and t <= ROWWISE_MAX_TOKENS:
+            return RowPaths.from_mask(mask.view(t, cache.length + t))
+        return mask.view(-1, 1, t, cache.length + t)
+
+    def _run(self, x, positions, cache, mask) -> torch.Tensor:
+        """x: [batch, n, D] input embeddings -> [batch, n, D] final-normed hidden states."""
+        cos, sin = self.rope(positions)
+        for i, block in enumerate(self.layers):
+            x = block(x, cos, sin, cache, i, mask)
         return self.norm(x)
 
     def logits(self, hidden: torch.Tensor, full: bool = True) -> torch.Tensor:

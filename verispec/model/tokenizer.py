@@ -38,12 +38,17 @@ class Tokenizer:
 
     def chat_prompt(self, user_message: str) -> str:
         """Render a single-turn conversation with the model's own chat template, ready for the reply."""
+        return self.render_chat([{"role": "user", "content": user_message}])
+
+    def render_chat(self, messages: list[dict]) -> str:
+        """Render a conversation ([{"role": ..., "content": ...}]) with the model's chat template, ready for the
+        assistant's reply."""
         if not self.chat_template:
             raise VerispecError("this model has no chat template; pass --no-chat")
         import jinja2
         env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
         template = env.from_string(self.chat_template)
-        return template.render(messages=[{"role": "user", "content": user_message}], add_generation_prompt=True,
+        return template.render(messages=messages, add_generation_prompt=True,
                                bos_token=self.config.get("bos_token", ""),
                                eos_token=self.config.get("eos_token", ""))
 

@@ -7,9 +7,13 @@ context: after a cycle the sequence may have diverged from what they drafted, an
 A proposer that drafts from the target's own features (Medusa) also defines `observe(hidden)`: after the prefill
 and after every verification the engine passes it the target's final hidden states [m, D] of the positions it
 kept; the last row is the state the newest token was drawn from. Tree proposers expose their `tree`.
+
+A batch gives every sequence its own proposer: `fork(proposer)` shares the weights and starts the per-sequence
+state afresh (a proposer with such state defines `fork`; a stateless one is simply copied).
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -42,3 +46,10 @@ class Proposer(Protocol):
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
         """Guess up to k tokens following `context` (prompt + everything emitted so far)."""
+
+
+def fork(proposer: Proposer | None) -> Proposer | None:
+    """A proposer for one more concurrent sequence: the same weights, its own per-sequence state."""
+    if proposer is None:
+        return None
+    return proposer.fork() if hasattr(proposer, "fork") else copy.copy(proposer)

@@ -6,9 +6,11 @@ resynchronises it with the sequence at every call: slots agreeing with the conte
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
-from ..model.llama import Llama
+from ..model.llama import ROWWISE_MAX_TOKENS, Llama
 from ..sampling import SamplingConfig, probs, sample
 from .base import Proposal
 
@@ -25,6 +27,16 @@ class DraftModelProposer:
         if self.cache is None or self.cache.capacity < capacity:
             self.cache, self.seen = self.model.new_cache(capacity), []
 
+    @staticmethod
+    def draft_together(jobs):   # sequences sharing this draft model draft in packed passes (serve.batch)
+        return propose_together(jobs)
+
+    def fork(self) -> "DraftModelProposer":
+        """The same draft weights with a KV cache of its own (for another sequence of a batch)."""
+        twin = copy.copy(self)
+        twin.cache, twin.seen = None, []
+        return twin
+
     def _sync(self, context: list[int]) -> list[int]:
         """Drop cached slots that disagree with `context`; return the context tokens still to be fed."""
         keep = 0
@@ -36,27 +48,50 @@ class DraftModelProposer:
         del self.seen[keep:]
         return context[keep:]
 
-    @torch.inference_mode()
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
-        feed = self._sync(context)
-        device = self.model.device
-        head_ids = self.model.head_ids if self.model.cfg.head_tokens else None
-        tokens, qs = [], []
-        for _ in range(k):
-            start = self.cache.length
-            x = torch.tensor([feed], device=device)                              # [1, n]
-            pos = torch.arange(start, start + len(feed), device=device)[None]     # [1, n]
-            hidden = self.model(x, pos, self.cache)                              # [1, n, D]
-            self.seen.extend(feed)
-            q = probs(self.model.logits(hidden[0, -1], full=False), sampling)     # [head] (= [vocab] if full)
+        return propose_together([(self, context, k, sampling, generator)])[0]
+
+
+@torch.inference_mode()
+def propose_together(jobs: list[tuple[DraftModelProposer, list[int], int, SamplingConfig, torch.Generator]]
+                     ) -> list[Proposal]:
+    """Draft for several sequences that share one draft model: step j feeds every sequence still drafting in one
+    packed pass (`Llama.forward_packed`), and each samples from its own q with its own generator. Each sequence's
+    draws come in the same order as when it drafts alone, and packed rows equal lone ones (CPU bf16), so its
+    proposal is exactly the one it would make alone. jobs: (proposer, context, k, sampling, generator)."""
+    model = jobs[0][0].model
+    device = model.device
+    head_ids = model.head_ids if model.cfg.head_tokens else None
+    feeds = [prop._sync(context) for prop, context, *_ in jobs]
+    tokens, qs = [[] for _ in jobs], [[] for _ in jobs]
+    for _ in range(max(k for _, _, k, _, _ in jobs)):
+        active = [i for i, (_, _, k, _, _) in enumerate(jobs) if len(tokens[i]) < k]
+        segments = []
+        for i in active:
+            cache, feed = jobs[i][0].cache, feeds[i]
+            segments.append((torch.tensor([feed], device=device),                                   # [1, n]
+                             torch.arange(cache.length, cache.length + len(feed), device=device)[None],
+                             cache, None))
+        hidden = model.forward_packed(segments)                                   # per sequence [1, n, D]
+        last = torch.stack([h[0, -1] for h in hidden])                            # [active, D]
+        logits = torch.cat([model.logits(rows, full=False)                        # [active, head], one product
+                            for rows in last.split(ROWWISE_MAX_TOKENS)])          # per block of rows
+        for i, row_logits in zip(active, logits):
+            prop, _, _, sampling, generator = jobs[i]
+            prop.seen.extend(feeds[i])
+            q = probs(row_logits, sampling)                                       # [head] (= [vocab] if full)
             row = int(sample(q, torch.rand((), generator=generator).to(device)))
-            tokens.append(row if head_ids is None else int(head_ids[row]))
-            qs.append(q)
-            feed = [tokens[-1]]
-        if not qs:
-            return Proposal([])
-        q = torch.stack(qs)                                                       # [k, head]
+            tokens[i].append(row if head_ids is None else int(head_ids[row]))
+            qs[i].append(q)
+            feeds[i] = [tokens[i][-1]]
+    out = []
+    for toks, q_rows in zip(tokens, qs):
+        if not q_rows:
+            out.append(Proposal([]))
+            continue
+        q = torch.stack(q_rows)                                                   # [k, head]
         if head_ids is not None:  # a reduced head: q is 0 outside it (the verifier's residual covers the rest)
-            q = q.new_zeros(len(qs), self.model.cfg.vocab_size).index_copy_(1, head_ids, q)
-        return Proposal(tokens, q)
+            q = q.new_zeros(len(q_rows), model.cfg.vocab_size).index_copy_(1, head_ids, q)
+        out.append(Proposal(toks, q))
+    return out

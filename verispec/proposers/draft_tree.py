@@ -20,6 +20,7 @@ DEFAULT_WIDTHS = (2, 2, 1, 1, 1)
 
 class DraftTreeProposer(DraftModelProposer):
     name = "draft-tree"
+    draft_together = None                   # each tree is drafted on its own
 
     def __init__(self, model, tree: TokenTree | None = None):
         super().__init__(model)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -131,6 +131,14 @@ def cosine_lr(step: int, steps: int, lr: float, warmup: int) -> float:
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
+def descend(model: torch.nn.Module, opt, loss: torch.Tensor, max_norm: float = 1.0) -> None:
+    """One optimiser step on `loss`: gradients, clipped to `max_norm`, then the update."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    opt.step()
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     loss: str = "kl"
@@ -177,9 +185,6 @@ def train_steps(model: Llama, opt, examples: list[Example], head_index: torch.Te
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = forward_head(model, tokens)
         out = losses(logits, targets, soft_ids, soft_probs)
-        opt.zero_grad(set_to_none=True)
-        out[cfg.loss].backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        descend(model, opt, out[cfg.loss])
         if on_step is not None:
             on_step(step, {k: float(v.detach()) for k, v in out.items()}, time.perf_counter() - t0)

@@ -17,13 +17,15 @@ import torch
 
 from ..model.medusa import MedusaHeads
 from .data import Example
-from .draft import cosine_lr
+from .draft import cosine_lr, descend
 
 RANKS = 8       # acceptance is measured for each head's top RANKS choices
 
 
-def answer_features(target, examples: list[Example], batch: int = 8, on_batch=None) -> list[torch.Tensor]:
-    """Per example, [answer length, D] target hidden states: row t is the state that predicts answer token t."""
+def answer_features(target, examples: list[Example], batch: int = 8, on_batch=None,
+                    whole: bool = False) -> list[torch.Tensor]:
+    """Per example, [answer length, D] target hidden states: row t is the state that predicts answer token t.
+    whole=True: [n - 1, D], the states at every position but the last (row j predicts token j + 1)."""
     out = []
     for i in range(0, len(examples), batch):
         group = examples[i:i + batch]
@@ -35,7 +37,7 @@ def answer_features(target, examples: list[Example], batch: int = 8, on_batch=No
         with torch.inference_mode():
             hidden = target(tokens.to(target.device), positions.to(target.device), None)   # [B, L, D]
         for r, e in enumerate(group):
-            out.append(hidden[r, e.first - 1:len(e.tokens) - 1].cpu().clone())
+            out.append(hidden[r, 0 if whole else e.first - 1:len(e.tokens) - 1].cpu().clone())
         if on_batch is not None:
             on_batch(len(group))
     return out
@@ -96,9 +98,6 @@ def train_steps(heads: MedusaHeads, opt, feats, ids, probs, start: int, stop: in
             group["lr"] = cosine_lr(step, steps, lr, min(50, steps // 10))
         t0 = time.perf_counter()
         loss = kl_loss(heads(feats[rows].float()), ids[rows], probs[rows])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(heads.parameters(), 1.0)
-        opt.step()
+        descend(heads, opt, loss)
         if on_step is not None:
             on_step(step, float(loss), time.perf_counter() - t0)

@@ -10,14 +10,13 @@ from pathlib import Path
 import torch
 
 from ..errors import VerispecError
-from ..files import atomic_file
-from ..model import loader
 from ..model.medusa import MedusaHeads
 from ..proposers.medusa import TREE_SIZES
 from ..tree import tree_from_acceptance
-from .data import frequent_tokens, load_examples, row_index, split_held_out
+from .data import frequent_tokens, row_index
 from .medusa import RANKS, acceptance, answer_features, head_targets, kl_loss, train_steps
 from .progress import StepBar
+from .workdir import cached, load_checkpoint, resume, save_checkpoint, start_run
 
 
 def trees_json(acc: list[list[float]]) -> dict:
@@ -58,44 +57,32 @@ def cmd_train_medusa(args) -> int:
     from tqdm import tqdm
     if args.heads < 1 or args.steps < 1 or args.batch < 1 or args.eval_every < 1:
         raise VerispecError("need --heads, --steps, --batch and --eval-every >= 1")
-    examples = load_examples(args.data, args.max_tokens)
-    train, held = split_held_out(examples, args.eval_examples, args.data, args.max_answers)
-    target, tok, _ = loader.load(args.model, args.dtype, "cpu")
-    work = Path(str(args.out) + ".work")
-    work.mkdir(parents=True, exist_ok=True)
+    train, held, target, tok, work = start_run(args)
     settings = {"data": str(Path(args.data).resolve()), "max_tokens": args.max_tokens, "dtype": args.dtype,
                 "max_answers": args.max_answers, "heads": args.heads, "head_tokens": args.head_tokens,
                 "steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed}
-    feats_path, ckpt_path = work / "features.pt", work / "checkpoint.pt"
-    if feats_path.exists():
-        saved = torch.load(feats_path, weights_only=False)
-        if saved["settings"] != {k: settings[k] for k in ("data", "max_tokens", "dtype", "max_answers")}:
-            raise VerispecError(f"{feats_path} was made with other flags; use them again or delete {work}")
-        train_f, held_f = saved["train"], saved["held"]
-    else:
+    feature_settings = {k: settings[k] for k in ("data", "max_tokens", "dtype", "max_answers")}
+
+    def make_features():
         bar = tqdm(total=len(train) + len(held), desc="target features", unit="answer", file=sys.stderr)
-        train_f = torch.cat(answer_features(target, train, on_batch=bar.update))
-        held_f = torch.cat(answer_features(target, held, on_batch=bar.update))
+        out = {"train": torch.cat(answer_features(target, train, on_batch=bar.update)),
+               "held": torch.cat(answer_features(target, held, on_batch=bar.update))}
         bar.close()
-        with atomic_file(feats_path, "wb") as f:
-            torch.save({"settings": {k: settings[k] for k in ("data", "max_tokens", "dtype", "max_answers")},
-                        "train": train_f, "held": held_f}, f)
-    ckpt = torch.load(ckpt_path, weights_only=False) if ckpt_path.exists() else None
-    if ckpt is not None and ckpt["settings"] != settings:
-        raise VerispecError(f"{ckpt_path} was made with other flags; use them again or delete {work}")
+        return out
+
+    saved = cached(work / "features.pt", feature_settings, make_features)
+    train_f, held_f = saved["train"], saved["held"]
+    ckpt_path = work / "checkpoint.pt"
+    ckpt = load_checkpoint(ckpt_path, settings)
     head_ids = ckpt["head_ids"] if ckpt else frequent_tokens(train, args.head_tokens, set(tok.stop_token_ids))
     head_index = row_index(head_ids, target.cfg.vocab_size)
     ids, probs, _ = head_targets(train, args.heads, head_index)
     held_ids, held_probs, held_greedy = head_targets(held, args.heads, head_index)
     torch.manual_seed(args.seed)
     heads = MedusaHeads(args.heads, target.cfg.hidden_size, head_ids).attach(target.embed.weight.float())
-    del target
+    target = None                    # from here only its embedding rows are needed
     opt = torch.optim.AdamW(heads.blocks.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    step, wall, history = 0, 0.0, []
-    if ckpt is not None:
-        heads.load_state_dict(ckpt["heads"])
-        opt.load_state_dict(ckpt["optimizer"])
-        step, wall, history = ckpt["step"], ckpt["wall_s"], ckpt["history"]
+    step, wall, history = resume(ckpt, heads, opt, "heads")
 
     bar = StepBar(args.steps, step, "train-medusa")
     on_step = lambda _, loss, __: bar.step(loss)  # noqa: E731
@@ -114,9 +101,8 @@ def cmd_train_medusa(args) -> int:
         history.append({"step": step, "wall_s": round(wall, 1), "loss": round(held_loss, 4),
                         "top1": [round(a, 4) for a in top1]})
         bar.show(held=f"{held_loss:.3f}", top1="/".join(f"{a:.2f}" for a in top1))
-        with atomic_file(ckpt_path, "wb") as f:
-            torch.save({"settings": settings, "head_ids": head_ids, "heads": heads.state_dict(),
-                        "optimizer": opt.state_dict(), "step": step, "wall_s": wall, "history": history}, f)
+        save_checkpoint(ckpt_path, settings, head_ids=head_ids, heads=heads.state_dict(),
+                        optimizer=opt.state_dict(), step=step, wall_s=wall, history=history)
         t_session = time.perf_counter()
     bar.close()
     acc = acceptance(heads, held_f.float(), held_greedy, min(RANKS, args.head_tokens))

@@ -1,0 +1,124 @@
+"""EAGLE: the head, train-eagle (loss falls, resume, refusals), the proposer's chain / static / dynamic trees,
+greedy output equal to plain decoding, and exact sampling (audit) on a tiny model."""
+import json
+
+import pytest
+import torch
+
+from verispec.cli import main
+from verispec.model.eagle import load_eagle
+from verispec.proposers.eagle import EagleProposer
+from verispec.sampling import SamplingConfig
+
+
+@pytest.fixture(scope="module")
+def tiny_eagle(tmp_path_factory, tiny_dir, tiny_distill_dir):
+    out = tmp_path_factory.mktemp("eagle") / "head"
+    flags = ["train-eagle", "--data", str(tiny_distill_dir), "--out", str(out), "--model", str(tiny_dir),
+             "--head-tokens", "512", "--steps", "30", "--eval-every", "15", "--batch", "4", "--dtype", "fp32",
+             "--lr", "3e-3"]
+    assert main(flags) == 0
+    return out, flags
+
+
+def test_train_eagle_writes_a_head_card_and_acceptance_and_refuses_changed_flags(tiny_eagle):
+    out, flags = tiny_eagle
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["verispec_eagle"] == 1 and len(cfg["acceptance"]) == 6 and len(cfg["acceptance"][0]) == 8
+    history = cfg["history"]
+    assert [h["step"] for h in history] == [15, 30] and history[1]["loss"] < history[0]["loss"]
+    card = (out / "README.md").read_text()
+    assert "smooth L1" in card and "| 1 |" in card
+    assert main(flags[:-2] + ["--lr", "1e-3"]) == 2          # a checkpoint made with other flags: refused
+    assert main(flags[:-4] + ["--noise", "-1"]) == 2
+
+
+def test_resumed_training_equals_uninterrupted(tmp_path, tiny_dir, tiny_distill_dir):
+    base = ["--data", str(tiny_distill_dir), "--model", str(tiny_dir), "--head-tokens", "256", "--batch", "2",
+            "--dtype", "fp32", "--steps", "8", "--eval-every", "4"]
+    assert main(["train-eagle", "--out", str(tmp_path / "a")] + base) == 0
+    assert main(["train-eagle", "--out", str(tmp_path / "b"), "--stop-at", "4"] + base) == 0   # interrupted
+    assert torch.load(tmp_path / "b.work" / "checkpoint.pt", weights_only=False)["step"] == 4
+    assert not (tmp_path / "b").exists()
+    assert main(["train-eagle", "--out", str(tmp_path / "b")] + base) == 0                     # resumed
+    from safetensors.torch import load_file
+    a, b = load_file(str(tmp_path / "a" / "eagle.safetensors")), load_file(str(tmp_path / "b" / "eagle.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)      # deterministic in flags and seed
+
+
+def load(tiny_dir, out):
+    from verispec.api import Target
+    target = Target.load(str(tiny_dir), "fp32", "cpu")
+    head, cfg = load_eagle(out, target.model, torch.float32)
+    return target, head, cfg
+
+
+@pytest.mark.parametrize("tree", [None, "dynamic", "dynamic:6", "4", "2,1,1"])
+def test_eagle_greedy_equals_plain(tiny_dir, tiny_eagle, tree):
+    from verispec.api import Target, make_engine
+    from verispec.engine import GenerationConfig
+    target = Target.load(str(tiny_dir), "fp32", "cpu")
+    cfg = GenerationConfig(max_new_tokens=24, k="auto", stop_token_ids=frozenset())
+    for text in ("Count to 7", "Say something nice about cats and dogs"):
+        prompt = target.tokenizer.prompt_ids(text)
+        plain = make_engine("plain", target).generate(prompt, cfg).token_ids
+        g = make_engine("eagle", target, str(tiny_eagle[0]), tree=tree).generate(prompt, cfg)
+        assert g.token_ids == plain, (tree, text)
+        assert g.stats.drafted_tokens > 0
+
+
+def test_dynamic_tree_keeps_the_most_confident_nodes_parents_first(tiny_dir, tiny_eagle):
+    target, head, _ = load(tiny_dir, tiny_eagle[0])
+    prop = EagleProposer(head, "dynamic", nodes=7, depth=4, expand=3)
+    prop.prepare(64)
+    context = target.tokenizer.prompt_ids("Count to 7")
+    with torch.inference_mode():
+        prop.observe(target.model(torch.tensor([context[:-1]]), torch.arange(len(context) - 1)[None], None)[0])
+    proposal = prop.propose(context, 4, SamplingConfig(0.0), torch.Generator())
+    tree = proposal.tree
+    assert tree.size == 7 and proposal.q is None and len(proposal.tokens) == 7
+    assert all(tree.parents[i] < i for i in range(1, 8))                     # a valid breadth-first tree
+    # depth-1 nodes are the head's top choices for the next token, in rank order
+    first = [t for t, d in zip(proposal.tokens, tree.depths[1:]) if d == 1]
+    with torch.inference_mode():
+        cache = head.new_cache(64)
+        f = head(target.model(torch.tensor([context[:-1]]), torch.arange(len(context) - 1)[None], None),
+                 torch.tensor([context[1:]]), torch.arange(len(context) - 1)[None], cache)[0, -1]
+    top = head.head_ids[head.logits(f).topk(len(first)).indices].tolist()
+    assert first == top
+    assert prop.cache.length == prop.fed                                     # draft entries dropped
+
+
+def test_chain_q_is_the_heads_distribution_zero_outside_its_tokens(tiny_dir, tiny_eagle):
+    target, head, _ = load(tiny_dir, tiny_eagle[0])
+    prop = EagleProposer(head)
+    prop.prepare(64)
+    context = target.tokenizer.prompt_ids("Count to 7")
+    with torch.inference_mode():
+        prop.observe(target.model(torch.tensor([context[:-1]]), torch.arange(len(context) - 1)[None], None)[0])
+    proposal = prop.propose(context, 3, SamplingConfig(1.0), torch.Generator().manual_seed(0))
+    assert len(proposal.tokens) == 3 and proposal.q.shape == (3, target.model.cfg.vocab_size)
+    torch.testing.assert_close(proposal.q.sum(-1), torch.ones(3))
+    outside = torch.ones(target.model.cfg.vocab_size, dtype=torch.bool)
+    outside[head.head_ids] = False
+    assert float(proposal.q[:, outside].sum()) == 0.0
+    assert all(proposal.q[i, t] > 0 for i, t in enumerate(proposal.tokens))
+
+
+@pytest.mark.parametrize("tree", ["chain", "dynamic"])
+def test_eagle_sampling_passes_the_audit(capsys, tiny_dir, tiny_eagle, tree):
+    code = main(["audit", "--model", str(tiny_dir), "--method", "eagle", "--draft", str(tiny_eagle[0]), "--tree",
+                 tree, "--samples", "300", "--tokens", "4", "--dtype", "fp32", "--temperature", "1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "PASS" in out, out
+
+
+def test_bad_eagle_flags_get_one_line_errors(capsys, tiny_dir, tiny_eagle):
+    assert main(["generate", "hi", "--model", str(tiny_dir), "--method", "eagle", "--dtype", "fp32"]) == 2
+    assert "needs --draft" in capsys.readouterr().err
+    assert main(["generate", "hi", "--model", str(tiny_dir), "--method", "eagle", "--draft", str(tiny_eagle[0]),
+                 "--tree", "dynamic:0", "--dtype", "fp32"]) == 2
+    assert "dynamic:N" in capsys.readouterr().err
+    assert main(["generate", "hi", "--model", str(tiny_dir), "--method", "eagle", "--draft", str(tiny_dir),
+                 "--dtype", "fp32"]) == 2
+    assert "cannot load the EAGLE head" in capsys.readouterr().err

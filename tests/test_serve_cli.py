@@ -1,0 +1,56 @@
+"""The serving commands on a tiny random model: bench-batch, loadtest, cost-curve --batch, and bad flags."""
+import json
+
+from verispec.autok import CostProfile
+from verispec.cli import main
+
+
+def prompts_file(tmp_path):
+    p = tmp_path / "p.jsonl"
+    p.write_text("\n".join(json.dumps({"prompt": f"Repeat after me: a b c a b c {i}", "category": c})
+                           for i, c in enumerate(["x", "y", "x", "y"])))
+    return p
+
+
+def test_bench_batch_reports_each_batch_size(tmp_path, tiny_dir, capsys):
+    out = tmp_path / "b.json"
+    assert main(["bench-batch", "--prompts", str(prompts_file(tmp_path)), "--model", str(tiny_dir), "--batch",
+                 "1,3", "--max-new-tokens", "8", "--repeats", "1", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["batch"] for r in rows] == [1, 3]
+    assert all(r["plain_tok_s"] > 0 and r["new_tokens"] > 0 for r in rows)
+    assert "speedup" in capsys.readouterr().out
+
+
+def test_cost_curve_batch_saves_batch_curves_into_a_profile(tmp_path, tiny_dir):
+    profile = tmp_path / "profile.json"
+    assert main(["cost-curve", "--model", str(tiny_dir), "--max-n", "3", "--context", "16", "--repeats", "1",
+                 "--batch", "1,2", "--profile", str(profile)]) == 0
+    loaded = CostProfile.load(profile)
+    assert set(loaded.batch_curve) == {1, 2} and set(loaded.batch_curve[2]) == {1, 2, 3}
+    assert loaded.batch_curve[2][1] == 1.0 and loaded.batch_scale[1] > 0
+    c, curve = loaded.batch_costs("ngram", 2)
+    assert curve == loaded.batch_curve[2]
+
+
+def test_loadtest_starts_a_loopback_server_and_reports_zero_errors(tmp_path, tiny_dir):
+    out = tmp_path / "load.json"
+    assert main(["loadtest", "--model", str(tiny_dir), "--clients", "3", "--duration", "1.5", "--max-tokens", "6",
+                 "--prompts", str(prompts_file(tmp_path)), "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["method"] for r in rows] == ["plain", "ngram"]
+    for r in rows:
+        assert r["errors"] == 0 and r["requests"] >= 3 and r["tokens_per_s"] > 0
+        assert 0 < r["latency_p50_s"] <= r["latency_p99_s"]
+
+
+def test_serving_commands_reject_bad_flags_in_one_line(tmp_path, tiny_dir, capsys):
+    assert main(["serve", "--model", str(tiny_dir), "--max-batch", "0"]) == 2
+    assert "--max-batch" in capsys.readouterr().err
+    assert main(["bench-batch", "--prompts", str(prompts_file(tmp_path)), "--batch", "two"]) == 2
+    assert "--batch" in capsys.readouterr().err
+    assert main(["loadtest", "--clients", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--clients" in err
+    assert main(["loadtest", "--url", "http://127.0.0.1:9", "--duration", "1"]) == 2
+    assert "no verispec server answers" in capsys.readouterr().err

@@ -1,0 +1,90 @@
+"""The EAGLE draft head: feature-level autoregression on the target's own hidden states.
+
+At position j the head takes the target's feature f_j (its final-normed hidden state there, the vector its
+output head turns into the distribution of token j + 1) and the embedding of token j + 1, fuses them,
+[f_j, e(x_{j+1})] (2D) -> D, and runs one Llama decoder layer with its own KV cache to predict f_{j+1}.
+The target's output embedding, restricted to `head_ids` (its most frequent answer tokens: a reduced vocabulary,
+so a draft step costs a fraction of the target's output head), turns a predicted feature into logits. Drafting
+feeds predicted features back in; after each verification the target's true features replace them.
+
+The decoder layer is `Llama`'s own block (a one-layer `Llama` fed input vectors instead of token ids), so no
+model code is copied. The token embedding and output matrix are the target's, borrowed at load time and never
+stored: a head folder holds fc (2D x D) and one layer, about 5 M weights (fp16 safetensors), a config and a
+model card.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import VerispecError
+from .kv_cache import KVCache
+from .llama import Llama, LlamaConfig
+
+
+class EagleHead(nn.Module):
+    def __init__(self, target_cfg: LlamaConfig, head_ids: torch.Tensor):
+        super().__init__()
+        d = target_cfg.hidden_size
+        self.cfg = replace(target_cfg, num_layers=1, vocab_size=1, tie_embeddings=True, head_tokens=0,
+                           embed_from_target=False)
+        self.fc = nn.Linear(2 * d, d, bias=False)                       # [f_j, e(x_{j+1})] -> D
+        self.decoder = Llama(self.cfg)                                  # one block + final norm; its 1-row
+        self.register_buffer("head_ids", head_ids.clone())             # embedding is unused
+        self.embed: torch.Tensor | None = None                         # [V, D] the target's, borrowed
+        self.out: torch.Tensor | None = None                           # [H, D] its rows for head_ids
+
+    def attach(self, target_embedding: torch.Tensor) -> "EagleHead":
+        self.embed = target_embedding.detach()
+        self.out = self.embed[self.head_ids.to(self.embed.device)]
+        return self
+
+    def new_cache(self, capacity: int) -> KVCache:
+        return self.decoder.new_cache(capacity)
+
+    def forward(self, feats: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
+                cache: KVCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """feats [B, n, D] (f_j), tokens [B, n] (x_{j+1}), positions [B, n] (j) -> predicted f_{j+1} [B, n, D]."""
+        x = self.fc(torch.cat([feats, self.embed[tokens].to(feats.dtype)], -1))        # [B, n, D]
+        return self.decoder(None, positions, cache, mask, embeds=x)
+
+    def logits(self, feats: torch.Tensor) -> torch.Tensor:
+        """[..., D] (predicted or true) features -> [..., H] float32 logits over the head tokens."""
+        return (feats @ self.out.to(feats.dtype).T).float()
+
+    def save(self, folder: Path, card: str, extra: dict) -> None:
+        from safetensors.torch import save_file
+
+        from ..files import atomic_dir
+        state = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in self.state_dict().items()}
+        with atomic_dir(folder) as tmp:
+            save_file(state, str(tmp / "eagle.safetensors"), metadata={"format": "pt"})
+            (tmp / "config.json").write_text(json.dumps({"verispec_eagle": 1, **json.loads(self.cfg.to_json()),
+                                                         "head_tokens_eagle": len(self.head_ids), **extra},
+                                                        indent=2))
+            (tmp / "README.md").write_text(card)
+
+
+def load_eagle(folder: str | Path, target, dtype: torch.dtype) -> tuple[EagleHead, dict]:
+    """A head written by `verispec train-eagle`, attached to `target` (a Llama), in `dtype`, on its device."""
+    folder = Path(folder)
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+        from safetensors.torch import load_file
+        state = load_file(str(folder / "eagle.safetensors"))
+        if not cfg.get("verispec_eagle"):
+            raise ValueError("not an EAGLE head (config.json lacks verispec_eagle)")
+        if cfg["hidden_size"] != target.cfg.hidden_size:
+            raise ValueError(f"the head is {cfg['hidden_size']} wide, the target {target.cfg.hidden_size}: "
+                             "it was trained for another model")
+        head = EagleHead(target.cfg, state["head_ids"])
+        head.load_state_dict(state)
+    except (OSError, ValueError, KeyError, RuntimeError) as e:
+        raise VerispecError(f"cannot load the EAGLE head from {folder}: {e}") from None
+    from .cpu import pack_linears
+    head = head.to(device=target.device, dtype=dtype).eval()
+    return pack_linears(head).attach(target.embed.weight), cfg

@@ -1,0 +1,178 @@
+"""EAGLE proposer: the EAGLE head (verispec.model.eagle) drafts in feature space from the target's own features.
+
+The head keeps a KV cache of its own. Its true entries come from the target's features, which the engine hands
+over after every pass (`observe`); nothing of the target is recomputed. Drafting then feeds the head's predicted
+features back in, and the draft entries are dropped again once the proposal is made.
+
+Three shapes:
+- chain: k tokens sampled from the head's q (its warped distribution over the head tokens, 0 elsewhere), with q
+  returned, so min(1, p/q) verification is exact at any temperature;
+- static tree: the head's top-r choices at each node of a fixed tree (built, like Medusa's, from the head's
+  measured per-depth, per-rank accuracy); children are deterministic picks, q is one-hot, recursive rejection
+  sampling is exact at any temperature;
+- dynamic tree (EAGLE-2): from the root, expand at each depth the `expand` drafted nodes with the highest
+  cumulative confidence (product of the head's temperature-1 probabilities along the path), each getting its
+  top-`expand` children; after `depth` levels rerank every drafted node by that confidence and verify the top
+  `nodes`. Children are still deterministic picks: the tree is a function of the context alone (never of the
+  target's random draws), which is the one assumption recursive rejection sampling needs to stay exact, and
+  `verispec audit --method eagle --tree dynamic` tests it.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from ..model.eagle import EagleHead
+from ..sampling import SamplingConfig, probs, sample
+from ..tree import TokenTree, build_tree
+from .base import Proposal
+
+
+class EagleProposer:
+    name = "eagle"
+
+    def __init__(self, head: EagleHead, mode: str = "chain", tree: TokenTree | None = None, nodes: int = 8,
+                 depth: int = 5, expand: int = 4):
+        if mode not in ("chain", "static", "dynamic"):
+            raise ValueError(f"EAGLE mode must be chain, static or dynamic, got {mode!r}")
+        if mode == "static" and tree is None:
+            raise ValueError("a static EAGLE tree needs its tree")
+        self.head, self.mode = head, mode
+        self.tree = tree if mode == "static" else None       # the engine's static tree (None: chain or dynamic)
+        self.nodes, self.depth, self.expand = nodes, depth, expand
+        self.max_nodes = tree.size if mode == "static" else nodes if mode == "dynamic" else 0
+        self.cache, self.feats, self.known, self.fed = None, None, 0, 0
+
+    def fork(self) -> "EagleProposer":
+        twin = copy.copy(self)
+        twin.cache, twin.feats, twin.known, twin.fed = None, None, 0, 0
+        return twin
+
+    def prepare(self, capacity: int) -> None:
+        spare = max(self.max_nodes, 1) + 16
+        if self.cache is None or self.cache.capacity < capacity + spare:
+            d = self.head.cfg.hidden_size
+            self.cache = self.head.new_cache(capacity + spare)
+            self.feats = torch.empty(capacity + spare, d, dtype=self.head.out.dtype, device=self.head.out.device)
+        self.cache.truncate(0)
+        self.known = self.fed = 0
+
+    def observe(self, hidden: torch.Tensor) -> None:
+        """hidden: [m, D] the target's features at the positions it kept (appended in order)."""
+        self.feats[self.known:self.known + len(hidden)] = hidden
+        self.known += len(hidden)
+
+    @torch.inference_mode()
+    def propose(self, context: list[int], k: int, sampling: SamplingConfig,
+                generator: torch.Generator) -> Proposal:
+        if self.known == 0 or k < 1 or self.known + 1 > len(context):
+            return Proposal([])
+        root = self._catch_up(context)                                           # [1, 1, D] f^ at the newest
+        try:
+            if self.mode == "chain":
+                return self._chain(root, len(context), k, sampling, generator)
+            return self._tree(root, len(context), k)
+        finally:
+            self.cache.truncate(self.fed)                                        # drop the draft entries
+
+    def _catch_up(self, context: list[int]) -> torch.Tensor:
+        """Feed the head the true features it has not seen: (f_j, x_{j+1}) for the positions j known since the
+        last call; return its prediction of the newest token's feature [1, 1, D]."""
+        first = len(context) - 1 - self.known              # position of feats[0] (> 0 after a reused prefix)
+        self.cache.truncate(self.fed)
+        j0, device = first + self.fed, self.head.out.device
+        feats = self.feats[self.fed:self.known][None]                             # [1, m, D]
+        tokens = torch.tensor([context[j0 + 1:len(context)]], device=device)      # [1, m]
+        positions = torch.arange(j0, len(context) - 1, device=device)[None]       # [1, m]
+        pred = self.head(feats, tokens, positions, self.cache)                    # [1, m, D]
+        self.fed = self.known
+        return pred[:, -1:]
+
+    def _chain(self, f: torch.Tensor, n: int, k: int, sampling: SamplingConfig, generator) -> Proposal:
+        head, device = self.head, self.head.out.device
+        tokens, qs = [], []
+        for i in range(k):
+            q = probs(head.logits(f[0, -1]), sampling)                            # [H]
+            row = int(sample(q, torch.rand((), generator=generator).to(device)))
+            tokens.append(int(head.head_ids[row]))
+            qs.append(q)
+            if i + 1 < k:                                                         # f^ of the token just drafted
+                f = head(f, torch.tensor([[tokens[-1]]], device=device), torch.tensor([[n - 1 + i]], device=device),
+                         self.cache)
+        q = torch.stack(qs)                                                       # [k, H]: 0 outside the head
+        q = q.new_zeros(len(qs), head.embed.shape[0]).index_copy_(1, head.head_ids, q)
+        return Proposal(tokens, q)
+
+    def _tree(self, root: torch.Tensor, n: int, k: int) -> Proposal:
+        """Draft a token tree level by level; every node's children are its top choices (deterministic)."""
+        head, device = self.head, self.head.out.device
+        static = self.tree.cut(k) if self.mode == "static" else None
+        depth = static.depth if static else min(self.depth, k)
+        # drafted nodes: token, parent (-1: root), depth, cumulative log-confidence, rank among siblings
+        token, parent, level, score, rank = [], [], [], [], []
+        pred_of, slot_of = {-1: root[0, 0]}, {}                                   # node -> its f^ / cache slot
+
+        def add_children(p: int, logits: torch.Tensor, width: int, d: int):
+            top = logits.float().log_softmax(-1).topk(width)
+            for r, (lp, i) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
+                token.append(int(head.head_ids[i]))
+                parent.append(p)
+                level.append(d)
+                score.append((score[p] if p >= 0 else 0.0) + lp)
+                rank.append(r)
+
+        widths = static.widths if static else [self.expand] * depth
+        add_children(-1, head.logits(root[0, 0]), widths[0], 1)
+        for d in range(1, depth):
+            frontier = [i for i in range(len(token)) if level[i] == d]
+            if static:   # expand exactly the tree's nodes that have children
+                wanted = {c[:d] for c in static.choices if len(c) > d}
+                frontier = [i for i in frontier if self._path(i, parent, rank) in wanted]
+            else:
+                frontier = sorted(frontier, key=lambda i: -score[i])[:self.expand]
+            if not frontier:
+                break
+            start = self.cache.length
+            ancestry = torch.zeros(len(frontier), start + len(frontier), dtype=torch.bool)
+            ancestry[:, :self.fed] = True
+            for row, i in enumerate(frontier):
+                ancestry[row, start + row] = True
+                j = parent[i]
+                while j >= 0:
+                    ancestry[row, slot_of[j]] = True
+                    j = parent[j]
+                slot_of[i] = start + row
+            feats = torch.stack([pred_of[parent[i]] for i in frontier])[None]      # [1, m, D]
+            toks = torch.tensor([[token[i] for i in frontier]], device=device)     # [1, m]
+            positions = torch.full((1, len(frontier)), n - 2 + d, device=device)   # [1, m]
+            pred = head(feats, toks, positions, self.cache, ancestry[None].to(device))[0]   # [m, D]
+            logits = head.logits(pred)                                             # [m, H]
+            for row, i in enumerate(frontier):
+                pred_of[i] = pred[row]
+                width = (1 + max(c[d] for c in static.choices if len(c) > d and c[:d] == self._path(i, parent, rank))
+                         if static else self.expand)
+                add_children(i, logits[row], width, d + 1)
+        if static:
+            keep = [i for i in range(len(token)) if self._path(i, parent, rank) in set(static.choices)]
+        else:   # rerank: the `nodes` most confident; a parent scores at least its child, so parents come first
+            keep, chosen = [], set()
+            for i in sorted(range(len(token)), key=lambda i: (-score[i], level[i])):
+                if len(keep) == self.nodes:
+                    break
+                if parent[i] < 0 or parent[i] in chosen:
+                    keep.append(i)
+                    chosen.add(i)
+        # kept siblings are their parent's top choices (same parent score, so rank order), ranks 0, 1, ...
+        paths = {i: self._path(i, parent, rank) for i in keep}
+        tree = static or build_tree(list(paths.values()))
+        by_path = {p: token[i] for i, p in paths.items()}
+        return Proposal([by_path[c] for c in tree.choices], None, tree)
+
+    @staticmethod
+    def _path(i: int, parent: list[int], rank: list[int]) -> tuple[int, ...]:
+        path = []
+        while i >= 0:
+            path.append(rank[i])
+            i = parent[i]
+        return tuple(reversed(path))

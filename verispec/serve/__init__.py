@@ -1,0 +1,1 @@
+"""Serving: continuous batching of speculative decoding (`batch`) behind an OpenAI-compatible HTTP API (`app`)."""

@@ -1,0 +1,92 @@
+"""`verispec train-eagle`: an EAGLE head on the frozen target's features, over distill-data sequences.
+
+1. Features: the target (frozen, in the dtype it decodes in) runs over each whole sequence once; row j is its
+   final-normed hidden state f_j at position j. Cached in the work folder.
+2. Training: at position j the head sees f_j (plus uniform noise, as EAGLE does, so it tolerates its own
+   imperfect predictions when drafting) and token x_{j+1}, and predicts f_{j+1}. Loss: smooth L1 to f_{j+1}
+   (feature regression) plus `cls_weight` x the KL divergence from the target's distribution
+   softmax(W f_{j+1}) to the head's softmax(W f^_{j+1}), both over the head's tokens.
+3. Held-out measurement: how often the head's top-1 token (teacher-forced) is the target's, and per draft depth
+   and rank, how often drafting from the head's own predicted features finds the target's greedy token
+   (`draft_acceptance`, the table the default trees and `--tree auto` are grown from, as for Medusa).
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from ..model.eagle import EagleHead
+from .draft import cosine_lr, descend
+
+
+def pad_batch(feats: list[torch.Tensor], tokens: list[torch.Tensor]):
+    """Sequences -> (inputs f_j [B, L, D] float, tokens x_{j+1} [B, L], targets f_{j+1} [B, L, D] float,
+    positions [B, L], valid [B, L] bool), L = the longest sequence's length minus 2."""
+    length = max(len(f) for f in feats) - 1
+    b, d = len(feats), feats[0].shape[1]
+    f_in, f_out = torch.zeros(b, length, d), torch.zeros(b, length, d)
+    x = torch.zeros(b, length, dtype=torch.long)
+    valid = torch.zeros(b, length, dtype=torch.bool)
+    for r, (f, t) in enumerate(zip(feats, tokens)):
+        n = len(f) - 1                                            # f: [seq - 1, D] = f_0 .. f_{seq-2}
+        f_in[r, :n], f_out[r, :n] = f[:-1].float(), f[1:].float()
+        x[r, :n] = t[1:n + 1]
+        valid[r, :n] = True
+    positions = torch.arange(length)[None].expand(b, length)
+    return f_in, x, f_out, positions, valid
+
+
+def eagle_loss(head: EagleHead, f_in, x, f_out, positions, valid, cls_weight: float, noise: float = 0.0,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, dict]:
+    if noise:
+        f_in = f_in + (torch.rand(f_in.shape, generator=generator) * 2 - 1) * noise
+    pred = head(f_in, x, positions)                                                      # [B, L, D]
+    reg = F.smooth_l1_loss(pred[valid], f_out[valid])
+    logq = head.logits(pred[valid]).log_softmax(-1)                                      # [N, H]
+    with torch.no_grad():
+        logp = head.logits(f_out[valid]).log_softmax(-1)
+    kl = (logp.exp() * (logp - logq)).sum(-1).mean()
+    top1 = float((logq.argmax(-1) == logp.argmax(-1)).float().mean())
+    return reg + cls_weight * kl, {"reg": float(reg.detach()), "kl": float(kl.detach()), "top1": top1}
+
+
+@torch.no_grad()
+def draft_acceptance(head: EagleHead, feats: list[torch.Tensor], tokens: list[torch.Tensor], depth: int = 6,
+                     ranks: int = 8, starts_per_sequence: int = 8) -> list[list[float]]:
+    """Held-out acceptance[d][r]: how often the target's greedy token at draft depth d + 1 is the head's rank-r
+    choice there, given the earlier draft tokens were the target's (features fed back are the head's own
+    predictions, as in drafting). The same table Medusa's heads have: it grows the default trees."""
+    hits, tried = torch.zeros(depth, ranks), torch.zeros(depth)
+    for f, t in zip(feats, tokens):
+        f = f.float()
+        n = len(f)                                                  # f_0 .. f_{n-1}, tokens x_0 .. x_n
+        greedy = head.head_ids[head.logits(f).argmax(-1)]          # [n] the target's choice for x_{j+1}
+        for j in torch.linspace(1, max(1, n - depth - 1), starts_per_sequence).long().unique().tolist():
+            cache = head.new_cache(j + depth + 1)
+            pred = head(f[None, :j], t[None, 1:j + 1], torch.arange(j)[None], cache)[:, -1:]   # f^_j
+            for d in range(min(depth, n - j)):
+                top = head.head_ids[head.logits(pred[0, -1]).topk(ranks).indices]
+                tried[d] += 1
+                hits[d] += (top == greedy[j + d]).float()
+                pred = head(pred, greedy[j + d].view(1, 1), torch.tensor([[j + d]]), cache)
+    return (hits / tried.clamp_min(1)[:, None]).tolist()
+
+
+def train_steps(head: EagleHead, opt, feats, tokens, start: int, stop: int, steps: int, lr: float, batch: int,
+                seed: int, cls_weight: float, noise: float, on_step=None, autocast: bool = False) -> None:
+    """Steps [start, stop): step s trains on sequences drawn by a generator seeded with (seed, s)."""
+    head.train()
+    for step in range(start, stop):
+        g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        rows = torch.randint(len(feats), (batch,), generator=g).tolist()
+        for group in opt.param_groups:
+            group["lr"] = cosine_lr(step, steps, lr, min(50, steps // 10))
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):   # bf16 matrix units, fp32 weights
+            loss, parts = eagle_loss(head, *pad_batch([feats[r] for r in rows], [tokens[r] for r in rows]),
+                                     cls_weight, noise, g)
+        descend(head, opt, loss)
+        if on_step is not None:
+            on_step(step, float(loss), time.perf_counter() - t0)

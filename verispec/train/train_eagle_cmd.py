@@ -1,0 +1,106 @@
+"""The `verispec train-eagle` command: data -> target features -> EAGLE head (resumable) -> head folder."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ..errors import VerispecError
+from ..model.eagle import EagleHead
+from .data import frequent_tokens
+from .eagle import draft_acceptance, eagle_loss, pad_batch, train_steps
+from .medusa import answer_features
+from .progress import StepBar
+from .workdir import cached, load_checkpoint, resume, save_checkpoint, start_run
+
+
+def model_card(args, info: str, acc: list[list[float]], wall_s: float, history: list) -> str:
+    lines = [f"# verispec EAGLE head: {Path(args.out).name}", "",
+             "An EAGLE draft head: it predicts the target's next feature from its current one and the next token, "
+             "and drafts by feeding its predictions back.", "", "```",
+             "verispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]), "```", "",
+             f"- target: {args.model or 'SmolLM2-135M-Instruct (verispec default)'}; feature: the target's "
+             "final-normed last hidden state (what its output head reads)",
+             f"- head: fc [f_j, e(x_(j+1))] 2D -> D, one Llama decoder layer, output = the target's embedding rows "
+             f"of the {args.head_tokens} most frequent answer tokens (borrowed, not stored)",
+             f"- training: {args.steps} steps x {args.batch} sequences, lr {args.lr}, seed {args.seed}; loss smooth "
+             f"L1 on features + {args.cls_weight} x KL(target || head); feature noise U(-{args.noise}, "
+             f"{args.noise})", f"- data: {info}",
+             f"- wall time: {wall_s / 60:.1f} min on {torch.get_num_threads()} CPU threads", "",
+             "Held-out acceptance by draft depth (drafting from true features, feeding predictions back; hit = "
+             "the head's rank-r choice is the target's greedy token, given the earlier ones were):", "",
+             "| depth | top-1 | top-2 | top-4 | top-8 |", "| ---: | ---: | ---: | ---: | ---: |",
+             *[f"| {d + 1} | " + " | ".join(f"{sum(row[:r]):.3f}" for r in (1, 2, 4, 8)) + " |"
+               for d, row in enumerate(acc)], "",
+             "Held-out during training: " + ", ".join(f"step {h['step']}: loss {h['loss']:.3f} top-1 {h['top1']:.3f}"
+                                                      for h in history), ""]
+    return "\n".join(lines)
+
+
+def cmd_train_eagle(args) -> int:
+    from tqdm import tqdm
+    if min(args.steps, args.batch, args.eval_every, args.head_tokens) < 1 or args.noise < 0:
+        raise VerispecError("need --steps, --batch, --eval-every, --head-tokens >= 1 and --noise >= 0")
+    train, held, target, tok, work = start_run(args)
+    settings = {"data": str(Path(args.data).resolve()), "max_tokens": args.max_tokens, "dtype": args.dtype,
+                "max_answers": args.max_answers, "head_tokens": args.head_tokens, "steps": args.steps,
+                "batch": args.batch, "lr": args.lr, "seed": args.seed, "cls_weight": args.cls_weight,
+                "noise": args.noise, "bf16_autocast": args.bf16_autocast}
+
+    def make_features():
+        bar = tqdm(total=len(train) + len(held), desc="target features", unit="sequence", file=sys.stderr)
+        out = {"train": answer_features(target, train, on_batch=bar.update, whole=True),
+               "held": answer_features(target, held, on_batch=bar.update, whole=True)}
+        bar.close()
+        return out
+
+    saved = cached(work / "features.pt", {k: settings[k] for k in ("data", "max_tokens", "dtype", "max_answers")},
+                   make_features)
+    train_f, held_f = saved["train"], saved["held"]
+    train_t, held_t = [e.tokens for e in train], [e.tokens for e in held]
+    ckpt_path = work / "checkpoint.pt"
+    ckpt = load_checkpoint(ckpt_path, settings)
+    head_ids = ckpt["head_ids"] if ckpt else frequent_tokens(train, args.head_tokens, set(tok.stop_token_ids))
+    torch.manual_seed(args.seed)
+    head = EagleHead(target.cfg, head_ids)
+    with torch.no_grad():
+        head.decoder.norm.weight.copy_(target.norm.weight.float())   # start on the target's feature scale
+    head.attach(target.embed.weight.float())
+    target = None                    # from here only its embedding rows are needed
+    params = [p for n, p in head.named_parameters() if not n.startswith("decoder.embed")]
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    step, wall, history = resume(ckpt, head, opt, "head")
+    bar = StepBar(args.steps, step, "train-eagle")
+    t_session = time.perf_counter()
+    end = min(args.steps, args.stop_at or args.steps)
+    while step < end:
+        stop = min(end, (step // args.eval_every + 1) * args.eval_every)
+        train_steps(head, opt, train_f, train_t, step, stop, args.steps, args.lr, args.batch, args.seed,
+                    args.cls_weight, args.noise, lambda _, loss, __: bar.step(loss), args.bf16_autocast)
+        step = stop
+        wall += time.perf_counter() - t_session
+        head.eval()
+        with torch.no_grad():
+            loss, parts = eagle_loss(head, *pad_batch(held_f, held_t), args.cls_weight)
+        history.append({"step": step, "wall_s": round(wall, 1), "loss": round(float(loss), 4),
+                        "top1": round(parts["top1"], 4), "reg": round(parts["reg"], 4), "kl": round(parts["kl"], 4)})
+        bar.show(held=f"{float(loss):.3f}", top1=f"{parts['top1']:.3f}")
+        save_checkpoint(ckpt_path, settings, head_ids=head_ids, head=head.state_dict(), optimizer=opt.state_dict(),
+                        step=step, wall_s=wall, history=history)
+        t_session = time.perf_counter()
+    bar.close()
+    if step < args.steps:
+        print(f"stopped at step {step} of {args.steps}; run the same command without --stop-at to resume")
+        return 0
+    head.eval()
+    acc = draft_acceptance(head, held_f, held_t, ranks=min(8, args.head_tokens))
+    info = (f"{args.data}: {len(train)} training / {len(held)} held-out sequences, "
+            f"{sum(len(f) for f in train_f)} / {sum(len(f) for f in held_f)} positions")
+    head.save(Path(args.out), model_card(args, info, acc, wall, history), {"acceptance": acc, "history": history})
+    (work / "history.json").write_text(json.dumps(history, indent=1))
+    print(f"EAGLE head written to {args.out}: held-out top-1 by depth " + ", ".join(f"{row[0]:.3f}" for row in acc))
+    return 0

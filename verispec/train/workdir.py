@@ -1,0 +1,59 @@
+"""A training run's work folder: cached inputs and checkpoints, each tied to the flags that made it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..errors import VerispecError
+from ..files import atomic_file
+
+
+def start_run(args):
+    """The common start of a training command: (training examples, held-out examples, target, tokenizer, work
+    folder OUT.work)."""
+    from ..model import loader
+    from .data import load_examples, split_held_out
+    examples = load_examples(args.data, args.max_tokens)
+    train, held = split_held_out(examples, args.eval_examples, args.data, args.max_answers)
+    target, tok, _ = loader.load(args.model, args.dtype, "cpu")
+    work = Path(str(args.out) + ".work")
+    work.mkdir(parents=True, exist_ok=True)
+    return train, held, target, tok, work
+
+
+def cached(path: Path, settings: dict, make) -> dict:
+    """The dict saved at `path` if it was made with `settings`; else make() it, save it atomically, return it."""
+    if path.exists():
+        saved = torch.load(path, weights_only=False)
+        if saved.get("settings") != settings:
+            raise VerispecError(f"{path} was made with other flags; use them again or delete {path.parent}")
+        return saved
+    out = {"settings": settings, **make()}
+    with atomic_file(path, "wb") as f:
+        torch.save(out, f)
+    return out
+
+
+def load_checkpoint(path: Path, settings: dict) -> dict | None:
+    if not path.exists():
+        return None
+    ckpt = torch.load(path, weights_only=False)
+    if ckpt.get("settings") != settings:
+        raise VerispecError(f"{path} was made with other flags; use them again or delete {path.parent}")
+    return ckpt
+
+
+def save_checkpoint(path: Path, settings: dict, **state) -> None:
+    with atomic_file(path, "wb") as f:
+        torch.save({"settings": settings, **state}, f)
+
+
+def resume(ckpt: dict | None, model: torch.nn.Module, opt, key: str) -> tuple[int, float, list]:
+    """Restore `model` (saved under `key`) and the optimiser from a checkpoint; return (step, wall seconds,
+    history), all zero / empty for a fresh run."""
+    if ckpt is None:
+        return 0, 0.0, []
+    model.load_state_dict(ckpt[key])
+    opt.load_state_dict(ckpt["optimizer"])
+    return ckpt["step"], ckpt["wall_s"], ckpt["history"]
