@@ -46,6 +46,8 @@ def cmd_cost_curve(args) -> int:
     from .files import atomic_file
     if args.max_n < 1 or args.context < 1 or args.repeats < 1:
         raise VerispecError("--max-n, --context and --repeats must be >= 1")
+    if args.batch:
+        parse_batch_sizes(args.batch)                  # bad sizes fail now, not after the timing
     target = Target.load(args.model, args.dtype, args.device)
     if args.context + args.max_n > target.model.cfg.max_position:
         raise VerispecError("--context plus --max-n exceeds the model's context")
@@ -73,18 +75,24 @@ def cmd_cost_curve(args) -> int:
     return 0
 
 
-def measure_batches(args, target, t1: float) -> dict:
-    """`cost-curve --batch`: the packed-pass curve for each batch size; saved into a cost profile with --profile."""
+def parse_batch_sizes(text: str) -> list[int]:
+    """'1,2,4,8' -> [1, 2, 4, 8]: distinct batch sizes in 1..256, ascending. Bad input raises VerispecError."""
     from .errors import VerispecError
     try:
-        sizes = sorted({int(b) for b in args.batch.split(",") if b.strip()})
+        sizes = sorted({int(b) for b in str(text).split(",") if b.strip()})
     except ValueError:
-        raise VerispecError(f"--batch takes batch sizes such as 1,2,4,8,16, got {args.batch!r}") from None
+        raise VerispecError(f"--batch takes batch sizes such as 1,2,4,8,16, got {text!r}") from None
     if not sizes or sizes[0] < 1 or sizes[-1] > 256:
         raise VerispecError("--batch sizes must be in 1..256")
+    return sizes
+
+
+def measure_batches(args, target, t1: float) -> dict:
+    """`cost-curve --batch`: the packed-pass curve for each batch size; saved into a cost profile with --profile."""
+    sizes = parse_batch_sizes(args.batch)
     ns = list(range(1, args.max_n + 1))
     table = batch_cost_curve(target.model, sizes, ns, args.context, args.repeats)
-    print(f"\npacked passes of B sequences, n tokens each: T_B(n)/T_B(1), and T_B(1)/T_1(1)")
+    print("\npacked passes of B sequences, n tokens each: T_B(n)/T_B(1), and T_B(1)/T_1(1)")
     print(f"{'B':>3} {'T_B(1)/T_1(1)':>14} " + " ".join(f"{n:>5}" for n in ns))
     for b in sizes:
         print(f"{b:>3} {table[b][1] / t1:>14.2f} " + " ".join(f"{table[b][n] / table[b][1]:>5.2f}" for n in ns))

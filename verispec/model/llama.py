@@ -321,9 +321,9 @@ class Llama(nn.Module):
         With a reduced head, tokens outside it get -inf (probability 0); full=False returns the head's own
         [..., head_tokens] logits instead (for training).
         """
-        rows = hidden.reshape(-1, hidden.shape[-1])
-        if full and len(rows) > ROWWISE_MAX_TOKENS:  # decoding a big tree: blocks of rows keep them row-invariant
-            out = torch.cat([self.lm_head(r) for r in rows.split(ROWWISE_MAX_TOKENS)]).view(*hidden.shape[:-1], -1)
+        if full:  # decoding (a big tree, a batch): blocks of rows keep every row's result row-invariant
+            rows = hidden.reshape(1, -1, hidden.shape[-1])                         # [1, rows, D]
+            out = by_rows(self.lm_head, rows).view(*hidden.shape[:-1], -1)
         else:
             out = self.lm_head(hidden)
         out = out.float()

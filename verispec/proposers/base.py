@@ -53,3 +53,11 @@ def fork(proposer: Proposer | None) -> Proposer | None:
     if proposer is None:
         return None
     return proposer.fork() if hasattr(proposer, "fork") else copy.copy(proposer)
+
+
+def widen(q: torch.Tensor, head_ids: torch.Tensor | None, vocab: int) -> torch.Tensor:
+    """q [k, H] over a reduced output head's tokens `head_ids` -> [k, vocab], 0 outside the head (the verifier's
+    residual norm(max(0, p - q)) then covers those tokens). No head_ids: q is already over the vocabulary."""
+    if head_ids is None:
+        return q
+    return q.new_zeros(len(q), vocab).index_copy_(1, head_ids, q)

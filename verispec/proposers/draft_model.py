@@ -10,9 +10,9 @@ import copy
 
 import torch
 
-from ..model.llama import ROWWISE_MAX_TOKENS, Llama
+from ..model.llama import Llama, by_rows
 from ..sampling import SamplingConfig, probs, sample
-from .base import Proposal
+from .base import Proposal, widen
 
 
 class DraftModelProposer:
@@ -74,9 +74,8 @@ def propose_together(jobs: list[tuple[DraftModelProposer, list[int], int, Sampli
                              torch.arange(cache.length, cache.length + len(feed), device=device)[None],
                              cache, None))
         hidden = model.forward_packed(segments)                                   # per sequence [1, n, D]
-        last = torch.stack([h[0, -1] for h in hidden])                            # [active, D]
-        logits = torch.cat([model.logits(rows, full=False)                        # [active, head], one product
-                            for rows in last.split(ROWWISE_MAX_TOKENS)])          # per block of rows
+        last = torch.stack([h[0, -1] for h in hidden])[None]                      # [1, active, D]
+        logits = by_rows(lambda rows: model.logits(rows, full=False), last)[0]    # [active, head], row-invariant
         for i, row_logits in zip(active, logits):
             prop, _, _, sampling, generator = jobs[i]
             prop.seen.extend(feeds[i])
@@ -90,8 +89,5 @@ def propose_together(jobs: list[tuple[DraftModelProposer, list[int], int, Sampli
         if not q_rows:
             out.append(Proposal([]))
             continue
-        q = torch.stack(q_rows)                                                   # [k, head]
-        if head_ids is not None:  # a reduced head: q is 0 outside it (the verifier's residual covers the rest)
-            q = q.new_zeros(len(q_rows), model.cfg.vocab_size).index_copy_(1, head_ids, q)
-        out.append(Proposal(toks, q))
+        out.append(Proposal(toks, widen(torch.stack(q_rows), head_ids, model.cfg.vocab_size)))   # [k, vocab]
     return out

@@ -26,7 +26,7 @@ import torch
 from ..model.eagle import EagleHead
 from ..sampling import SamplingConfig, probs, sample
 from ..tree import TokenTree, build_tree
-from .base import Proposal
+from .base import Proposal, widen
 
 
 class EagleProposer:
@@ -80,7 +80,6 @@ class EagleProposer:
         """Feed the head the true features it has not seen: (f_j, x_{j+1}) for the positions j known since the
         last call; return its prediction of the newest token's feature [1, 1, D]."""
         first = len(context) - 1 - self.known              # position of feats[0] (> 0 after a reused prefix)
-        self.cache.truncate(self.fed)
         j0, device = first + self.fed, self.head.out.device
         feats = self.feats[self.fed:self.known][None]                             # [1, m, D]
         tokens = torch.tensor([context[j0 + 1:len(context)]], device=device)      # [1, m]
@@ -100,35 +99,35 @@ class EagleProposer:
             if i + 1 < k:                                                         # f^ of the token just drafted
                 f = head(f, torch.tensor([[tokens[-1]]], device=device), torch.tensor([[n - 1 + i]], device=device),
                          self.cache)
-        q = torch.stack(qs)                                                       # [k, H]: 0 outside the head
-        q = q.new_zeros(len(qs), head.embed.shape[0]).index_copy_(1, head.head_ids, q)
-        return Proposal(tokens, q)
+        return Proposal(tokens, widen(torch.stack(qs), head.head_ids, head.embed.shape[0]))   # [k, vocab]
 
     def _tree(self, root: torch.Tensor, n: int, k: int) -> Proposal:
         """Draft a token tree level by level; every node's children are its top choices (deterministic)."""
         head, device = self.head, self.head.out.device
         static = self.tree.cut(k) if self.mode == "static" else None
         depth = static.depth if static else min(self.depth, k)
-        # drafted nodes: token, parent (-1: root), depth, cumulative log-confidence, rank among siblings
-        token, parent, level, score, rank = [], [], [], [], []
+        # a static tree's ranked choices needed per node path (which nodes to expand, and into how many)
+        children: dict[tuple, int] = {}
+        for c in static.choices if static else ():
+            children[c[:-1]] = max(children.get(c[:-1], 0), c[-1] + 1)
+        # drafted nodes: token, parent (-1: root), path of sibling ranks, cumulative log-confidence
+        token, parent, path, score = [], [], [], []
         pred_of, slot_of = {-1: root[0, 0]}, {}                                   # node -> its f^ / cache slot
 
-        def add_children(p: int, logits: torch.Tensor, width: int, d: int):
-            top = logits.float().log_softmax(-1).topk(width)
+        def add_children(p: int, logits: torch.Tensor):
+            base = path[p] if p >= 0 else ()
+            top = logits.float().log_softmax(-1).topk(children[base] if static else self.expand)
             for r, (lp, i) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
                 token.append(int(head.head_ids[i]))
                 parent.append(p)
-                level.append(d)
+                path.append(base + (r,))
                 score.append((score[p] if p >= 0 else 0.0) + lp)
-                rank.append(r)
 
-        widths = static.widths if static else [self.expand] * depth
-        add_children(-1, head.logits(root[0, 0]), widths[0], 1)
+        add_children(-1, head.logits(root[0, 0]))
         for d in range(1, depth):
-            frontier = [i for i in range(len(token)) if level[i] == d]
+            frontier = [i for i in range(len(token)) if len(path[i]) == d]
             if static:   # expand exactly the tree's nodes that have children
-                wanted = {c[:d] for c in static.choices if len(c) > d}
-                frontier = [i for i in frontier if self._path(i, parent, rank) in wanted]
+                frontier = [i for i in frontier if path[i] in children]
             else:
                 frontier = sorted(frontier, key=lambda i: -score[i])[:self.expand]
             if not frontier:
@@ -150,29 +149,19 @@ class EagleProposer:
             logits = head.logits(pred)                                             # [m, H]
             for row, i in enumerate(frontier):
                 pred_of[i] = pred[row]
-                width = (1 + max(c[d] for c in static.choices if len(c) > d and c[:d] == self._path(i, parent, rank))
-                         if static else self.expand)
-                add_children(i, logits[row], width, d + 1)
+                add_children(i, logits[row])
         if static:
-            keep = [i for i in range(len(token)) if self._path(i, parent, rank) in set(static.choices)]
+            wanted = set(static.choices)
+            keep = [i for i in range(len(token)) if path[i] in wanted]
         else:   # rerank: the `nodes` most confident; a parent scores at least its child, so parents come first
             keep, chosen = [], set()
-            for i in sorted(range(len(token)), key=lambda i: (-score[i], level[i])):
+            for i in sorted(range(len(token)), key=lambda i: (-score[i], len(path[i]))):
                 if len(keep) == self.nodes:
                     break
                 if parent[i] < 0 or parent[i] in chosen:
                     keep.append(i)
                     chosen.add(i)
         # kept siblings are their parent's top choices (same parent score, so rank order), ranks 0, 1, ...
-        paths = {i: self._path(i, parent, rank) for i in keep}
-        tree = static or build_tree(list(paths.values()))
-        by_path = {p: token[i] for i, p in paths.items()}
+        tree = static or build_tree([path[i] for i in keep])
+        by_path = {path[i]: token[i] for i in keep}
         return Proposal([by_path[c] for c in tree.choices], None, tree)
-
-    @staticmethod
-    def _path(i: int, parent: list[int], rank: list[int]) -> tuple[int, ...]:
-        path = []
-        while i >= 0:
-            path.append(rank[i])
-            i = parent[i]
-        return tuple(reversed(path))

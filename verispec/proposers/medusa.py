@@ -12,8 +12,6 @@ size whose expected tokens per unit of verification cost (the profile's cost cur
 """
 from __future__ import annotations
 
-import copy
-
 import torch
 
 from ..model.medusa import MedusaHeads
@@ -48,11 +46,6 @@ class MedusaProposer:
 
     def prepare(self, capacity: int) -> None:
         self.hidden = None
-
-    def fork(self) -> "MedusaProposer":
-        twin = copy.copy(self)
-        twin.hidden = None
-        return twin
 
     def observe(self, hidden: torch.Tensor) -> None:
         """hidden: [m, D] the target's final hidden states at the positions kept this cycle."""

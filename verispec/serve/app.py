@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..api import METHODS, Target, make_proposer
-from ..engine import Engine, GenerationConfig
+from ..engine import GenerationConfig, Sequence
 from ..errors import VerispecError
 from ..proposers.base import fork
 from ..sampling import SamplingConfig
@@ -94,7 +94,8 @@ class Server:
         self.target, self.method, self.k, self.draft = target, method, k, draft
         self.name = name or os.path.basename(os.path.normpath(target.folder))
         self.metrics = Metrics()
-        self.scheduler = Scheduler(Batch(target.model, target.profile()), self.metrics, max_batch)
+        self.profile = target.profile()             # read once: auto k for every request and the batch
+        self.scheduler = Scheduler(Batch(target.model, self.profile), self.metrics, max_batch)
         self._proposers, self._lock = {}, threading.Lock()
         self.proposer(method)                       # load the default method's weights now
 
@@ -126,8 +127,8 @@ class Server:
                                    sampling=SamplingConfig(req.temperature, 0, req.top_p),
                                    stop_token_ids=tok.stop_token_ids)
             job = Job(method, asyncio.get_running_loop(), pinned=req.seed is not None and req.temperature > 0)
-            engine = Engine(self.target.model, self.proposer(method), self.target.profile())
-            job.sequence = engine.sequence(prompt_ids, cfg, job.on_tokens)
+            job.sequence = Sequence(self.target.model, self.proposer(method), prompt_ids, cfg, self.profile,
+                                    job.on_tokens)
         except VerispecError as e:
             code = "context_length_exceeded" if "context" in str(e) else "invalid_value"
             raise APIError(400, str(e), code) from None
@@ -245,14 +246,18 @@ async def respond(server: Server, req: Common, request: Request, ids: list[int],
         return {**head, "choices": [choice], "usage": usage(),
                 "speculative": speculative_summary(job)}
 
+    chunk_head = {**head, "object": "chat.completion.chunk" if chat else "text_completion"}
+
+    def sse(body: dict) -> str:
+        return "data: " + json.dumps(body) + "\n\n"
+
     def chunk(piece: str | None, finish: str | None, role: bool = False) -> str:
         if chat:
             delta = ({"role": "assistant"} if role else {}) | ({"content": piece} if piece else {})
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}
-        return "data: " + json.dumps({**head, "object": "chat.completion.chunk" if chat else "text_completion",
-                                      "choices": [choice]}) + "\n\n"
+        return sse({**chunk_head, "choices": [choice]})
 
     async def stream():
         if chat:
@@ -261,10 +266,9 @@ async def respond(server: Server, req: Common, request: Request, ids: list[int],
             async for piece, finish in events():
                 yield chunk(piece, finish)
         except APIError as e:
-            yield "data: " + json.dumps({"error": {"message": e.message, "type": e.kind, "code": e.code}}) + "\n\n"
+            yield sse({"error": {"message": e.message, "type": e.kind, "code": e.code}})
         if req.stream_options and req.stream_options.include_usage:
-            yield "data: " + json.dumps({**head, "object": "chat.completion.chunk" if chat else "text_completion",
-                                         "choices": [], "usage": usage()}) + "\n\n"
+            yield sse({**chunk_head, "choices": [], "usage": usage()})
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(stream(), media_type="text/event-stream")

@@ -66,13 +66,11 @@ class SpeculationGate:
 
 
 class Batch:
-    def __init__(self, target: Llama, profile: CostProfile | None = None, batch_aware_k: bool = True,
-                 gate: SpeculationGate | None = None):
-        self.target, self.profile, self.batch_aware_k = target, profile or CostProfile(), batch_aware_k
-        self.gate = gate if gate is not None else SpeculationGate()
+    def __init__(self, target: Llama, profile: CostProfile | None = None):
+        self.target, self.profile = target, profile or CostProfile()
+        self.gate = SpeculationGate()
         self.running: list[Sequence] = []
         self.pinned: set[int] = set()       # id() of running sequences that keep the single-sequence cost curve
-        self.passes = 0                     # packed target passes run
 
     def __len__(self) -> int:
         return len(self.running)
@@ -113,7 +111,6 @@ class Batch:
             self.gate.record(size, any(st.proposal.tokens for st in steps), emitted, time.perf_counter() - t_step)
         for seq in self.running:
             seq.stats.time_verify_s += elapsed
-        self.passes += 1
         return finished + self._drop_finished()
 
     def run(self, sequences: list[Sequence]) -> None:
@@ -147,13 +144,16 @@ class Batch:
 
     def _fit_k(self) -> None:
         """Give every unpinned automatic-k sequence the cost curve of the current batch size."""
-        if not self.batch_aware_k:
-            return
         size = len(self.running)
         for seq in self.running:
             if isinstance(seq.auto, AutoK) and id(seq) not in self.pinned:
                 together = getattr(seq.proposer, "draft_together", None) is not None
                 seq.auto.c, seq.auto.curve = self.profile.batch_costs(seq.proposer.name, size, together)
+
+    def abandon(self) -> list[Sequence]:
+        """Drop every running sequence (after a failed step); return them."""
+        dropped, self.running, self.pinned = self.running, [], set()
+        return dropped
 
     def _drop_finished(self) -> list[Sequence]:
         done = [seq for seq in self.running if seq.done]

@@ -49,11 +49,11 @@ def decode_batch(target, method: str, prompt_ids: list[list[int]], cfg, concurre
     """Serve the prompts with continuous batching at a fixed concurrency: `concurrency` sequences decode together
     and each one that finishes is replaced by the next prompt. Returns (seconds, sequences), prefills included."""
     from ..api import make_proposer
-    from ..engine import Engine
+    from ..engine import Sequence
     from ..proposers.base import fork
     from .batch import Batch
     base, profile = make_proposer(method, target, draft), target.profile()
-    seqs = [Engine(target.model, fork(base), profile).sequence(ids, cfg) for ids in prompt_ids]
+    seqs = [Sequence(target.model, fork(base), ids, cfg, profile) for ids in prompt_ids]
     batch, waiting = Batch(target.model, profile), list(reversed(seqs))
     t0 = time.perf_counter()
     while waiting or batch.running:
@@ -87,16 +87,14 @@ def round_robin(prompts):
 
 def cmd_bench_batch(args) -> int:
     from ..api import Target
+    from ..costs import parse_batch_sizes
     from ..engine import GenerationConfig
     from ..files import atomic_file
     from ..prompts import load_prompts
     from ..sampling import SamplingConfig
-    try:
-        sizes = sorted({int(b) for b in args.batch.split(",") if b.strip()})
-    except ValueError:
-        raise VerispecError(f"--batch takes batch sizes such as 1,2,4,8, got {args.batch!r}") from None
-    if not sizes or sizes[0] < 1 or min(args.repeats, args.max_new_tokens, args.requests) < 1:
-        raise VerispecError("--batch sizes, --repeats, --requests and --max-new-tokens must be >= 1")
+    sizes = parse_batch_sizes(args.batch)
+    if min(args.repeats, args.max_new_tokens, args.requests) < 1:
+        raise VerispecError("--repeats, --requests and --max-new-tokens must be >= 1")
     prompts = round_robin(load_prompts(args.prompts))
     target = Target.load(args.model, args.dtype, args.device)
     tok = target.tokenizer
@@ -104,7 +102,7 @@ def cmd_bench_batch(args) -> int:
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, sampling=SamplingConfig(0.0),
                            stop_token_ids=tok.stop_token_ids)
     decode_batch(target, args.method, ids[:2], GenerationConfig(max_new_tokens=4, k=args.k), 2, args.draft)  # warm
-    rows = []
+    rows, profile = [], target.profile()
     print(f"{'batch':>5} {'plain tok/s':>11} {args.method + ' tok/s':>13} {'speedup':>8} {'MAT':>5} "
           f"{'drafts/pass':>11} {'predicted':>10}")
     for b in sizes:
@@ -121,7 +119,7 @@ def cmd_bench_batch(args) -> int:
         passes = sum(s.stats.target_passes - 1 for s in sm)
         drafted = sum(s.stats.drafted_tokens for s in sm)
         emitted = sum(len(s.out) - 1 for s in sm)
-        k_pred, s_pred = predicted(target.profile(), args.method, b)
+        k_pred, s_pred = predicted(profile, args.method, b)
         tput_plain = new / statistics.median(t for t, _ in times["plain"])
         tput = new / statistics.median(t for t, _ in times[args.method])
         row = {"batch": b, "plain_tok_s": tput_plain, "method_tok_s": tput, "speedup": tput / tput_plain,

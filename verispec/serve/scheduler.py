@@ -92,9 +92,7 @@ class Scheduler:
             try:
                 finished = self.batch.step()
             except Exception as e:                   # keep serving: fail this batch's requests, not the server
-                finished = list(self.batch.running)
-                self.batch.running, self.batch.pinned = [], set()
-                for seq in finished:
+                for seq in self.batch.abandon():
                     self.jobs.pop(id(seq))._send(("error", f"decoding failed: {e}"))
                 continue
             for seq in finished:

@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ..model.llama import Llama, LlamaConfig
 from .data import Example, collate
