@@ -46,6 +46,41 @@ def test_resumed_training_equals_uninterrupted(tmp_path, tiny_dir, tiny_distill_
     assert all(torch.equal(a[k], b[k]) for k in a)      # deterministic in flags and seed
 
 
+@pytest.mark.parametrize("train_mode", [False, True])
+def test_unrolled_training_steps_see_what_drafting_sees(tiny_dir, tiny_eagle, train_mode):
+    """The training-time test's step s at row j equals drafting s + 1 tokens after position j from the true
+    features f_0..f_j, feeding the head's own predictions back (in eval and in train mode)."""
+    from verispec.train.eagle import unrolled
+    target, head, _ = load(tiny_dir, tiny_eagle[0])
+    g = torch.Generator().manual_seed(0)
+    n, steps = 12, 3
+    f = torch.randn(2, n, head.cfg.hidden_size, generator=g)
+    x = torch.randint(0, 500, (2, n), generator=g)
+    positions = torch.arange(n)[None].expand(2, n)
+    head.train(train_mode)
+    with torch.no_grad():
+        preds = unrolled(head, f, x, positions, steps)
+        head.eval()
+        for b in range(2):
+            for j in (0, 4, n - steps):
+                cache = head.new_cache(n + steps)
+                pred = head(f[b:b + 1, :j + 1], x[b:b + 1, :j + 1], positions[:1, :j + 1], cache)[:, -1:]
+                for s in range(steps):
+                    torch.testing.assert_close(pred[0, 0], preds[s][b, j], atol=1e-5, rtol=1e-4)
+                    if s + 1 < steps:
+                            pred = head(pred, x[b:b + 1, j + s + 1:j + s + 2], torch.tensor([[j + s + 1]]), cache)
+
+
+def test_unrolled_training_lowers_the_loss(tmp_path, tiny_dir, tiny_distill_dir):
+    out = tmp_path / "u"
+    assert main(["train-eagle", "--data", str(tiny_distill_dir), "--out", str(out), "--model", str(tiny_dir),
+                 "--head-tokens", "256", "--batch", "2", "--dtype", "fp32", "--steps", "20", "--eval-every", "10",
+                 "--lr", "3e-3", "--unroll", "3"]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["history"][1]["loss"] < cfg["history"][0]["loss"]
+    assert "training-time test over 3 draft steps" in (out / "README.md").read_text()
+
+
 def load(tiny_dir, out):
     from verispec.api import Target
     target = Target.load(str(tiny_dir), "fp32", "cpu")
@@ -87,6 +122,8 @@ def test_dynamic_tree_keeps_the_most_confident_nodes_parents_first(tiny_dir, tin
     top = head.head_ids[head.logits(f).topk(len(first)).indices].tolist()
     assert first == top
     assert prop.cache.length == prop.fed                                     # draft entries dropped
+    again = prop.propose(context, 4, SamplingConfig(0.0), torch.Generator())  # nothing new observed since
+    assert again.tokens == proposal.tokens and again.tree.choices == tree.choices
 
 
 def test_chain_q_is_the_heads_distribution_zero_outside_its_tokens(tiny_dir, tiny_eagle):
@@ -122,3 +159,19 @@ def test_bad_eagle_flags_get_one_line_errors(capsys, tiny_dir, tiny_eagle):
     assert main(["generate", "hi", "--model", str(tiny_dir), "--method", "eagle", "--draft", str(tiny_dir),
                  "--dtype", "fp32"]) == 2
     assert "cannot load the EAGLE head" in capsys.readouterr().err
+
+
+def test_a_head_on_fused_layers_trains_and_is_refused_for_drafting(capsys, tmp_path, tiny_dir, tiny_distill_dir):
+    out = tmp_path / "fused"
+    base = ["train-eagle", "--data", str(tiny_distill_dir), "--model", str(tiny_dir), "--head-tokens", "256",
+            "--batch", "2", "--dtype", "fp32", "--steps", "20", "--eval-every", "10", "--lr", "3e-3"]
+    assert main(base + ["--out", str(out), "--feature-layers", "0,1,final"]) == 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["feature_taps"] == [0, 1] and cfg["history"][1]["loss"] < cfg["history"][0]["loss"]
+    assert "decoder layers 0, 1" in (out / "README.md").read_text()
+    capsys.readouterr()
+    assert main(["generate", "hi", "--model", str(tiny_dir), "--method", "eagle", "--draft", str(out)]) == 2
+    assert "final feature only" in capsys.readouterr().err
+    for bad in ("x", "0,0", "99", ""):
+        assert main(base + ["--out", str(tmp_path / "bad"), "--feature-layers", bad]) == 2
+    assert main(base + ["--out", str(tmp_path / "bad"), "--feature-layers", "1", "--init", str(out)]) == 2

@@ -67,3 +67,11 @@ def test_profile_writes_a_profile_that_auto_k_reads(tmp_path, tiny_dir):
     assert 0 <= p.alpha["ngram"] <= 1
     report = json.loads(figures.read_text())["methods"]["ngram"]
     assert report["predicted_speedup"] > 0 and report["explanation"]
+    p.batch_curve, p.batch_scale = {4: {1: 1.0, 2: 1.5}}, {4: 1.2}      # as `cost-curve --batch` leaves them
+    p.draft_cost["draft"], p.alpha["draft"] = 0.1, 0.6                   # as an earlier run left them
+    p.save(out)
+    assert main(["profile", "--prompts", str(prompts), "--model", str(tiny_dir), "--methods", "ngram",
+                 "--limit", "1", "--repeats", "1", "--max-new-tokens", "6", "--out", str(out)]) == 0
+    again = CostProfile.load(out)
+    assert again.batch_scale == {4: 1.2} and again.batch_curve[4][2] == 1.5     # re-profiling keeps them,
+    assert again.alpha["draft"] == 0.6 and again.draft_cost["draft"] == 0.1      # and methods it did not run

@@ -182,3 +182,34 @@ def test_metrics_endpoint_reports_speculation_batches_and_latency(served):
     assert 0 < metric(base, "verispec_acceptance_rate") <= 1
     assert metric(base, "verispec_mean_accepted_tokens_per_pass") > 1
     assert metric(base, "verispec_checked_draft_tokens_by_position_total", '{position="1"}') > 0
+
+
+def test_weights_load_on_the_decoding_thread(target_bf16, monkeypatch):
+    """PyTorch work on any other live thread slows every later decoding step (OpenMP; see the scheduler's
+    note), so a proposer requested from the HTTP side is built on the decoding thread; its errors come back."""
+    import threading
+
+    import verispec.serve.app as app
+    from verispec.errors import VerispecError
+    server = Server(target_bf16, "plain", "auto", max_batch=2)
+    built_on = []
+    real = app.make_proposer
+
+    def recording(method, *a, **kw):
+        built_on.append(threading.current_thread())
+        if method == "draft":
+            raise VerispecError("no draft here")
+        return real(method, *a, **kw)
+
+    monkeypatch.setattr(app, "make_proposer", recording)
+    server.scheduler.start()
+    try:
+        assert server.proposer("ngram") is not None
+        assert built_on == [server.scheduler.thread] != [threading.current_thread()]
+        with pytest.raises(app.APIError, match="no draft here"):
+            server.proposer("draft")
+        assert server.scheduler.call(lambda: threading.current_thread()) is server.scheduler.thread
+    finally:
+        server.scheduler.stop()
+    with pytest.raises(RuntimeError, match="stop"):
+        server.scheduler.call(lambda: 1)

@@ -208,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
     _head_training_flags(te, "head folder", batch=8, batch_help="sequences per step", eval_examples=60)
     te.add_argument("--cls-weight", type=float, default=0.1, help="weight of the KL term (EAGLE: 0.1)")
     te.add_argument("--noise", type=float, default=0.1, help="uniform noise on input features (EAGLE: 0.1)")
+    te.add_argument("--unroll", type=int, default=1, help="training-time test: also learn from the head's own "
+                                                          "predictions, N draft steps deep (1 = teacher-forced)")
+    te.add_argument("--feature-layers", default="final", help="target features the head reads: 'final' (the "
+                                                                  "final-normed state), or decoder layers fused, "
+                                                                  "e.g. 2,15,29 or 2,15,final (measurement only)")
+    te.add_argument("--init", metavar="HEAD", help="start from a trained head folder (fine-tuning; its head tokens)")
     te.add_argument("--stop-at", type=int, default=None, help="stop after this step's checkpoint (resume later)")
     te.add_argument("--bf16-autocast", action="store_true", help="train under bf16 autocast (faster on CPUs with "
                                                                   "bf16 matrix units; weights stay fp32)")

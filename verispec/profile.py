@@ -156,6 +156,7 @@ def default_profile_path(folder: str, dtype: str, device) -> "Path":
 
 def cmd_profile(args) -> int:
     import json
+    from pathlib import Path
 
     from .api import Target, make_proposer
     from .bench import run_bench, select
@@ -221,6 +222,11 @@ def cmd_profile(args) -> int:
             "temperature": args.temperature, "prompts": len(prompts)}
     profile = build_profile(rel, costs, alphas, meta, trees)
     path = args.out or default_profile_path(target.folder, args.dtype, model.device)
+    if Path(path).exists():     # keep what this run did not measure: other methods, `cost-curve --batch` curves
+        old = CostProfile.load(path)
+        profile.batch_curve, profile.batch_scale = old.batch_curve, old.batch_scale
+        profile.draft_cost = {**old.draft_cost, **profile.draft_cost}
+        profile.alpha = {**old.alpha, **profile.alpha}
     profile.save(path)
     if args.json_out:
         with atomic_file(args.json_out) as f:

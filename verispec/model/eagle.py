@@ -27,14 +27,22 @@ from .llama import Llama, LlamaConfig
 
 
 class EagleHead(nn.Module):
-    def __init__(self, target_cfg: LlamaConfig, head_ids: torch.Tensor):
+    def __init__(self, target_cfg: LlamaConfig, head_ids: torch.Tensor, taps: tuple[int, ...] = (),
+                 final: bool = True):
+        """taps, final: the target features the head reads, the outputs of decoder layers `taps` (before the
+        final norm) and, if `final`, the final-normed state; anything but the final state alone is first fused
+        to D (`fuse`, as EAGLE-3 fuses low, middle and high layers). Drafting reads the final state alone."""
         super().__init__()
         d = target_cfg.hidden_size
+        self.taps, self.final = tuple(taps), final
+        self.in_width = d * (len(self.taps) + final)                    # columns of the target features read
+        self.fuse = nn.Linear(self.in_width, d, bias=False) if self.taps else None
         self.cfg = replace(target_cfg, num_layers=1, vocab_size=1, tie_embeddings=True, head_tokens=0,
                            embed_from_target=False)
         self.fc = nn.Linear(2 * d, d, bias=False)                       # [f_j, e(x_{j+1})] -> D
         self.decoder = Llama(self.cfg)                                  # one block + final norm; its 1-row
-        self.register_buffer("head_ids", head_ids.clone())             # embedding is unused
+        self.decoder.exact_rows = False                                 # embedding is unused; drafts need no
+        self.register_buffer("head_ids", head_ids.clone())             # row-by-row decoding
         self.embed: torch.Tensor | None = None                         # [V, D] the target's, borrowed
         self.out: torch.Tensor | None = None                           # [H, D] its rows for head_ids
 
@@ -45,6 +53,10 @@ class EagleHead(nn.Module):
 
     def new_cache(self, capacity: int) -> KVCache:
         return self.decoder.new_cache(capacity)
+
+    def fuse_features(self, feats: torch.Tensor) -> torch.Tensor:
+        """[..., in_width] the target's features -> [..., D], the vectors `forward` takes as f_j."""
+        return feats if self.fuse is None else self.fuse(feats)
 
     def forward(self, feats: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
                 cache: KVCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -64,7 +76,9 @@ class EagleHead(nn.Module):
         with atomic_dir(folder) as tmp:
             save_file(state, str(tmp / "eagle.safetensors"), metadata={"format": "pt"})
             (tmp / "config.json").write_text(json.dumps({"verispec_eagle": 1, **json.loads(self.cfg.to_json()),
-                                                         "head_tokens_eagle": len(self.head_ids), **extra},
+                                                         "head_tokens_eagle": len(self.head_ids),
+                                                         "feature_taps": list(self.taps),
+                                                         "feature_final": self.final, **extra},
                                                         indent=2))
             (tmp / "README.md").write_text(card)
 
@@ -81,6 +95,9 @@ def load_eagle(folder: str | Path, target, dtype: torch.dtype) -> tuple[EagleHea
         if cfg["hidden_size"] != target.cfg.hidden_size:
             raise ValueError(f"the head is {cfg['hidden_size']} wide, the target {target.cfg.hidden_size}: "
                              "it was trained for another model")
+        if cfg.get("feature_taps") or not cfg.get("feature_final", True):
+            raise ValueError(f"it reads the target's layers {cfg.get('feature_taps')}, and drafting feeds heads the "
+                             "final feature only (train-eagle --feature-layers final)")
         head = EagleHead(target.cfg, state["head_ids"])
         head.load_state_dict(state)
     except (OSError, ValueError, KeyError, RuntimeError) as e:

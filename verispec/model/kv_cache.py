@@ -15,7 +15,7 @@ class KVCache:
         shape = (num_layers, batch, num_kv_heads, capacity, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)  # [layers, batch, kv_heads, capacity, head_dim]
         self.v = torch.zeros(shape, dtype=dtype, device=device)  # [layers, batch, kv_heads, capacity, head_dim]
-        self.layers = list(zip(self.k.unbind(0), self.v.unbind(0)))  # per-layer [batch, kv_heads, capacity, d]
+        self.layers = [(self.k[i], self.v[i]) for i in range(num_layers)]  # per layer [batch, kv_heads, capacity, d]
         self.capacity = capacity
         self.length = 0
 

@@ -86,17 +86,39 @@ ROWWISE_MAX_TOKENS = 32  # CPU bf16 matrix products are row-invariant up to 32 r
 @dataclass(frozen=True)
 class RowPaths:
     """A token-tree mask, attended one row at a time: new token i sees the first `shared` slots (the context
-    every row sees), then the slots shared + paths[i] (its ancestors and itself, in order) -- laid out exactly
-    as if its path had been decoded alone, so its logits are those of sequential decoding, bit for bit."""
+    every row sees), then its ancestors' slots and its own, in order, laid out exactly as if its path had been
+    decoded alone, so its logits are those of sequential decoding, bit for bit.
+
+    Rows are attended in depth-first order, so each row's layout differs from the previous row's only past
+    their common ancestors: `steps` holds, per row in that order, (row, path length, the copies that bring
+    the layout up to date as (destination offset, source slot, run length))."""
     shared: int
-    paths: tuple[torch.Tensor, ...]     # per new token: the ascending slot indices (>= shared) it also sees
+    longest: int                                        # the longest path (ancestors and itself)
+    steps: tuple[tuple[int, int, tuple[tuple[int, int, int], ...]], ...]
+    order: torch.Tensor                                 # [n] row i's place in the depth-first order
 
     @classmethod
     def from_mask(cls, mask: torch.Tensor) -> "RowPaths":
         """mask: [n, S] bool, True where a new token may attend."""
         device, mask = mask.device, mask.cpu()
         shared = int(mask.all(0).long().cumprod(0).sum())               # leading slots every row sees
-        return cls(shared, tuple((shared + row[shared:].nonzero()[:, 0]).to(device) for row in mask))
+        paths = [(shared + row[shared:].nonzero()[:, 0]).tolist() for row in mask]
+        dfs = sorted(range(len(paths)), key=lambda i: paths[i])        # ascending slots: ancestors first
+        steps, held = [], []
+        for i in dfs:
+            path = paths[i]
+            same = next((j for j, (a, b) in enumerate(zip(held, path)) if a != b), min(len(held), len(path)))
+            runs = []                                                    # copy path[same:] in contiguous runs
+            for off in range(same, len(path)):
+                if runs and path[off] == path[off - 1] + 1:
+                    runs[-1][2] += 1
+                else:
+                    runs.append([off, path[off], 1])
+            steps.append((i, len(path), tuple(map(tuple, runs))))
+            held = path
+        order = torch.empty(len(paths), dtype=torch.long)
+        order[torch.tensor(dfs)] = torch.arange(len(paths))
+        return cls(shared, max(map(len, paths)), tuple(steps), order.to(device))
 
 
 @dataclass
@@ -155,18 +177,18 @@ class Attention(nn.Module):
                               for i in range(t)], dim=2)
         if isinstance(mask, RowPaths):  # row i sees the shared slots, then its path, laid out as if decoded alone
             b, first = q.shape[0], mask.shared
-            longest = max(len(path) for path in mask.paths)
-            k_row = k_all.new_empty(b, self.hkv, first + longest, self.d)        # [batch, kv_heads, S_i, d]
-            v_row = v_all.new_empty(b, self.hkv, first + longest, self.d)
+            k_row = k_all.new_empty(b, self.hkv, first + mask.longest, self.d)   # [batch, kv_heads, S_i, d]
+            v_row = v_all.new_empty(b, self.hkv, first + mask.longest, self.d)
             k_row[:, :, :first], v_row[:, :, :first] = k_all[:, :, :first], v_all[:, :, :first]
             rows = []
-            for i, path in enumerate(mask.paths):
-                end = first + len(path)
-                k_row[:, :, first:end] = k_all[:, :, path]
-                v_row[:, :, first:end] = v_all[:, :, path]
+            for i, length, copies in mask.steps:                                  # depth-first
+                for off, slot, run in copies:
+                    k_row.narrow(2, first + off, run).copy_(k_all.narrow(2, slot, run))
+                    v_row.narrow(2, first + off, run).copy_(v_all.narrow(2, slot, run))
+                end = first + length
                 rows.append(F.scaled_dot_product_attention(q[:, :, i:i + 1], k_row[:, :, :end], v_row[:, :, :end],
                                                            enable_gqa=True))
-            return torch.cat(rows, dim=2)
+            return torch.cat(rows, dim=2).index_select(2, mask.order)              # back in row order
         return F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=True)
 
 
@@ -196,6 +218,10 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
+    # decode chains and trees row by row, so each row's logits are those of decoding it alone (a target); a
+    # proposer whose rows need not match sequential decoding (the EAGLE head) sets it False: dense masked passes
+    exact_rows = True
+
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
         self.cfg = cfg
@@ -249,7 +275,8 @@ class Llama(nn.Module):
         embeds [batch, n, D], instead of tokens: input vectors fed in place of token embeddings (an EAGLE head).
         """
         b, t = positions.shape
-        if mask is not None and cache is not None and b == 1 and t > ROWWISE_MAX_TOKENS:
+        exact = self.exact_rows and not self.training     # training takes the dense mask
+        if exact and mask is not None and cache is not None and b == 1 and t > ROWWISE_MAX_TOKENS:
             full = mask.view(t, cache.length + t)
             if not full[:, cache.length:].triu(1).any():
                 # no row attends to a later one (a tree, breadth-first): run blocks of rows one after the
@@ -297,14 +324,15 @@ class Llama(nn.Module):
         RowPaths (a tree of one sequence, row by row over each path) or a [batch or 1, 1, n, S] bool mask."""
         if cache is None:
             return None
+        exact = self.exact_rows and not self.training
         if mask is None:
             if t == 1:
                 return None
-            if t <= ROWWISE_MAX_TOKENS:
+            if exact and t <= ROWWISE_MAX_TOKENS:
                 return ROWWISE
             rows = torch.arange(t, device=cache.k.device)[:, None] + cache.length  # token i sees slots <= its own
             mask = torch.arange(cache.length + t, device=cache.k.device)[None, :] <= rows          # [n, S]
-        elif b == 1 and t <= ROWWISE_MAX_TOKENS:
+        elif exact and b == 1 and t <= ROWWISE_MAX_TOKENS:
             return RowPaths.from_mask(mask.view(t, cache.length + t))
         return mask.view(-1, 1, t, cache.length + t)
 

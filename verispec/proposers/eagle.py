@@ -42,11 +42,11 @@ class EagleProposer:
         self.tree = tree if mode == "static" else None       # the engine's static tree (None: chain or dynamic)
         self.nodes, self.depth, self.expand = nodes, depth, expand
         self.max_nodes = tree.size if mode == "static" else nodes if mode == "dynamic" else 0
-        self.cache, self.feats, self.known, self.fed = None, None, 0, 0
+        self.cache, self.feats, self.known, self.fed, self.root = None, None, 0, 0, None
 
     def fork(self) -> "EagleProposer":
         twin = copy.copy(self)
-        twin.cache, twin.feats, twin.known, twin.fed = None, None, 0, 0
+        twin.cache, twin.feats, twin.known, twin.fed, twin.root = None, None, 0, 0, None
         return twin
 
     def prepare(self, capacity: int) -> None:
@@ -79,14 +79,16 @@ class EagleProposer:
     def _catch_up(self, context: list[int]) -> torch.Tensor:
         """Feed the head the true features it has not seen: (f_j, x_{j+1}) for the positions j known since the
         last call; return its prediction of the newest token's feature [1, 1, D]."""
+        if self.fed == self.known:                         # proposing again at the same point
+            return self.root
         first = len(context) - 1 - self.known              # position of feats[0] (> 0 after a reused prefix)
         j0, device = first + self.fed, self.head.out.device
         feats = self.feats[self.fed:self.known][None]                             # [1, m, D]
         tokens = torch.tensor([context[j0 + 1:len(context)]], device=device)      # [1, m]
         positions = torch.arange(j0, len(context) - 1, device=device)[None]       # [1, m]
         pred = self.head(feats, tokens, positions, self.cache)                    # [1, m, D]
-        self.fed = self.known
-        return pred[:, -1:]
+        self.fed, self.root = self.known, pred[:, -1:]
+        return self.root
 
     def _chain(self, f: torch.Tensor, n: int, k: int, sampling: SamplingConfig, generator) -> Proposal:
         head, device = self.head, self.head.out.device

@@ -106,7 +106,8 @@ class Server:
         with self._lock:
             if method not in self._proposers:
                 try:
-                    self._proposers[method] = make_proposer(method, self.target, self.draft)
+                    self._proposers[method] = self.scheduler.call(      # weights load on the decoding thread
+                        lambda: make_proposer(method, self.target, self.draft))
                 except VerispecError as e:
                     raise APIError(400, str(e), "method_unavailable", "speculative.method") from None
         return fork(self._proposers[method])

@@ -123,6 +123,7 @@ def cmd_loadtest(args) -> int:
     proc = None
     if args.url:
         base = args.url.rstrip("/")
+        base = base if base.endswith("/v1") else base + "/v1"     # http://host:port or http://host:port/v1
     else:
         proc, base = spawn_server(args, methods[0])
     import httpx

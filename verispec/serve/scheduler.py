@@ -4,15 +4,24 @@ The HTTP side builds a `Job` (a checked `Sequence` plus where to send its tokens
 thread admits waiting jobs while the batch has room (prefilling each alone), runs one batch step, and sends every
 sequence's new tokens back to its request's event loop. A job marked cancelled (its client went away, or a stop
 string matched) leaves the batch at the next step and frees its slot.
+
+All PyTorch work of a server happens on this one thread, loading weights included (`call`). PyTorch's CPU
+kernels run on OpenMP, and OpenMP keeps a team of worker threads for every thread that ever ran a parallel
+region. While such a thread lives, there are more worker threads than cores, and OpenMP stops letting idle
+workers spin between regions: every one of the thousands of small parallel regions of a decoding step then waits
+for a sleeping worker to wake. Measured here: a draft model loaded once on a live HTTP thread cut plain decoding
+from 96 to 60 tok/s in the same server (8 clients), and 27 to 17 tok/s in a single-sequence loop.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from ..engine import Sequence
 from .batch import Batch
@@ -49,20 +58,42 @@ class Job:
             pass
 
 
+@dataclass
+class Call:
+    fn: Callable[[], Any]
+    result: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+
 class Scheduler:
     def __init__(self, batch: Batch, metrics: Metrics, max_batch: int = 16):
         self.batch, self.metrics, self.max_batch = batch, metrics, max_batch
-        self.inbox: queue.Queue[Job | None] = queue.Queue()
+        self.inbox: queue.Queue[Job | Call | None] = queue.Queue()
+        self.decoder: threading.Thread | None = None    # the thread decoding, once it runs
         self.waiting: collections.deque[Job] = collections.deque()
         self.jobs: dict[int, Job] = {}               # id(sequence) -> its job, for sequences in the batch
-        self._stopping = threading.Event()
+        self._stopping, self._finished = threading.Event(), threading.Event()
         self.thread = threading.Thread(target=self._run, name="verispec-decoder", daemon=True)
 
     def start(self) -> None:
         """Decode on a thread of its own (tests, embedding). `verispec serve` calls `run` on the main thread
-        instead: PyTorch's CPU kernels run markedly slower on other threads here (2.3 s against 3.6 s for the
-        same 64 tokens)."""
+        instead, the thread that loaded the model: see the module's note on OpenMP."""
         self.thread.start()
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run fn on the decoding thread, between two steps, and return its result (or raise its error).
+        For PyTorch work requested from another thread, such as loading a proposer's weights."""
+        if self.decoder is None or threading.current_thread() is self.decoder:
+            return fn()
+        if self._stopping.is_set():
+            raise RuntimeError("the server is stopping")
+        call = Call(fn)
+        self.inbox.put(call)
+        while True:
+            try:
+                return call.result.result(timeout=0.5)
+            except concurrent.futures.TimeoutError:
+                if self._finished.is_set():
+                    raise RuntimeError("the server stopped") from None
 
     def run(self) -> None:
         """Decode on the calling thread until `stop`."""
@@ -79,6 +110,7 @@ class Scheduler:
         self.inbox.put(job)
 
     def _run(self) -> None:
+        self.decoder = threading.current_thread()
         while not self._stopping.is_set():
             self._take_new(block=not self.batch.running and not self.waiting)
             self._admit()
@@ -97,12 +129,18 @@ class Scheduler:
                 continue
             for seq in finished:
                 self._finish(self.jobs.pop(id(seq)))
+        self._finished.set()
 
     def _take_new(self, block: bool) -> None:
         try:
             job = self.inbox.get(timeout=0.5) if block else self.inbox.get_nowait()
             while True:
-                if job is not None:
+                if isinstance(job, Call):
+                    try:
+                        job.result.set_result(job.fn())
+                    except Exception as e:
+                        job.result.set_exception(e)
+                elif job is not None:
                     self.waiting.append(job)
                 job = self.inbox.get_nowait()
         except queue.Empty:

@@ -23,23 +23,31 @@ RANKS = 8       # acceptance is measured for each head's top RANKS choices
 
 
 def answer_features(target, examples: list[Example], batch: int = 8, on_batch=None,
-                    whole: bool = False) -> list[torch.Tensor]:
+                    whole: bool = False, taps: tuple[int, ...] = ()) -> list[torch.Tensor]:
     """Per example, [answer length, D] target hidden states: row t is the state that predicts answer token t.
-    whole=True: [n - 1, D], the states at every position but the last (row j predicts token j + 1)."""
-    out = []
-    for i in range(0, len(examples), batch):
-        group = examples[i:i + batch]
-        length = max(len(e.tokens) for e in group)
-        tokens = torch.zeros(len(group), length, dtype=torch.long)
-        for r, e in enumerate(group):
-            tokens[r, :len(e.tokens)] = e.tokens                                # right padding: causal, harmless
-        positions = torch.arange(length)[None].expand_as(tokens)
-        with torch.inference_mode():
-            hidden = target(tokens.to(target.device), positions.to(target.device), None)   # [B, L, D]
-        for r, e in enumerate(group):
-            out.append(hidden[r, 0 if whole else e.first - 1:len(e.tokens) - 1].cpu().clone())
-        if on_batch is not None:
-            on_batch(len(group))
+    whole=True: [n - 1, D], the states at every position but the last (row j predicts token j + 1).
+    taps: also the outputs of these decoder layers (before the final norm), [..., (len(taps) + 1) D], the
+    final-normed state last."""
+    out, tapped = [], {}
+    hooks = [target.layers[i].register_forward_hook(lambda m, a, y, i=i: tapped.__setitem__(i, y)) for i in taps]
+    try:
+        for i in range(0, len(examples), batch):
+            group = examples[i:i + batch]
+            length = max(len(e.tokens) for e in group)
+            tokens = torch.zeros(len(group), length, dtype=torch.long)
+            for r, e in enumerate(group):
+                tokens[r, :len(e.tokens)] = e.tokens                            # right padding: causal, harmless
+            positions = torch.arange(length)[None].expand_as(tokens)
+            with torch.inference_mode():
+                hidden = target(tokens.to(target.device), positions.to(target.device), None)   # [B, L, D]
+                hidden = torch.cat([*(tapped[t] for t in taps), hidden], -1)        # [B, L, (taps + 1) D]
+            for r, e in enumerate(group):
+                out.append(hidden[r, 0 if whole else e.first - 1:len(e.tokens) - 1].cpu().clone())
+            if on_batch is not None:
+                on_batch(len(group))
+    finally:
+        for h in hooks:
+            h.remove()
     return out
 
 

@@ -23,13 +23,15 @@ def model_card(args, info: str, acc: list[list[float]], wall_s: float, history: 
              "An EAGLE draft head: it predicts the target's next feature from its current one and the next token, "
              "and drafts by feeding its predictions back.", "", "```",
              "verispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]), "```", "",
-             f"- target: {args.model or 'SmolLM2-135M-Instruct (verispec default)'}; feature: the target's "
-             "final-normed last hidden state (what its output head reads)",
+             f"- target: {args.model or 'SmolLM2-135M-Instruct (verispec default)'}; feature: " +
+             feature_text(*parse_layers(args.feature_layers)),
              f"- head: fc [f_j, e(x_(j+1))] 2D -> D, one Llama decoder layer, output = the target's embedding rows "
              f"of the {args.head_tokens} most frequent answer tokens (borrowed, not stored)",
+             *([f"- started from the trained head `{args.init}`"] if args.init else []),
              f"- training: {args.steps} steps x {args.batch} sequences, lr {args.lr}, seed {args.seed}; loss smooth "
              f"L1 on features + {args.cls_weight} x KL(target || head); feature noise U(-{args.noise}, "
-             f"{args.noise})", f"- data: {info}",
+             f"{args.noise}); " + (f"training-time test over {args.unroll} draft steps" if args.unroll > 1
+                                   else "teacher-forced (no training-time test)"), f"- data: {info}",
              f"- wall time: {wall_s / 60:.1f} min on {torch.get_num_threads()} CPU threads", "",
              "Held-out acceptance by draft depth (drafting from true features, feeding predictions back; hit = "
              "the head's rank-r choice is the target's greedy token, given the earlier ones were):", "",
@@ -41,34 +43,74 @@ def model_card(args, info: str, acc: list[list[float]], wall_s: float, history: 
     return "\n".join(lines)
 
 
+def parse_layers(spec: str, num_layers: int | None = None) -> tuple[tuple[int, ...], bool]:
+    """--feature-layers "final" | "29" | "2,15,29" | "2,15,final" -> (decoder layers tapped, final state read)."""
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    try:
+        taps = tuple(int(p) for p in parts if p != "final")
+    except ValueError:
+        raise VerispecError(f"--feature-layers takes layer numbers and 'final', got {spec!r}") from None
+    bad = [t for t in taps if t < 0 or (num_layers is not None and t >= num_layers)]
+    if not parts or bad or len(set(parts)) < len(parts):
+        raise VerispecError(f"--feature-layers: need distinct layers in [0, {num_layers}) or 'final', got {spec!r}")
+    return taps, "final" in parts
+
+
+def feature_text(taps: tuple[int, ...], final: bool) -> str:
+    if not taps:
+        return "the target's final-normed last hidden state (what its output head reads)"
+    return (f"the outputs of the target's decoder layers {', '.join(map(str, taps))} (before the final norm)" +
+            (" and its final-normed state" if final else "") + ", fused to D by a linear layer")
+
+
+def initial_head(folder: str, target) -> EagleHead:
+    """A trained head to start from (`--init`): same target width, its own head tokens."""
+    from ..model.eagle import load_eagle
+    head, _ = load_eagle(folder, target, torch.float32)
+    return head
+
+
 def cmd_train_eagle(args) -> int:
     from tqdm import tqdm
-    if min(args.steps, args.batch, args.eval_every, args.head_tokens) < 1 or args.noise < 0:
-        raise VerispecError("need --steps, --batch, --eval-every, --head-tokens >= 1 and --noise >= 0")
+    if min(args.steps, args.batch, args.eval_every, args.head_tokens, args.unroll) < 1 or args.noise < 0:
+        raise VerispecError("need --steps, --batch, --eval-every, --head-tokens, --unroll >= 1 and --noise >= 0")
+    taps, final = parse_layers(args.feature_layers)
+    if args.init and (taps or not final):
+        raise VerispecError("--init starts from a head on the final feature: use it with --feature-layers final")
     train, held, target, tok, work = start_run(args)
+    taps, final = parse_layers(args.feature_layers, target.cfg.num_layers)
     settings = {"data": str(Path(args.data).resolve()), "max_tokens": args.max_tokens, "dtype": args.dtype,
                 "max_answers": args.max_answers, "head_tokens": args.head_tokens, "steps": args.steps,
                 "batch": args.batch, "lr": args.lr, "seed": args.seed, "cls_weight": args.cls_weight,
-                "noise": args.noise, "bf16_autocast": args.bf16_autocast}
+                "noise": args.noise, "bf16_autocast": args.bf16_autocast, "unroll": args.unroll,
+                "init": str(Path(args.init).resolve()) if args.init else None}
+    features_key = {k: settings[k] for k in ("data", "max_tokens", "dtype", "max_answers")}
+    if taps:                                   # (final alone: the key older runs' feature caches carry)
+        settings["feature_layers"] = features_key["taps"] = list(taps)
+        settings["feature_final"] = final
 
     def make_features():
         bar = tqdm(total=len(train) + len(held), desc="target features", unit="sequence", file=sys.stderr)
-        out = {"train": answer_features(target, train, on_batch=bar.update, whole=True),
-               "held": answer_features(target, held, on_batch=bar.update, whole=True)}
+        out = {"train": answer_features(target, train, on_batch=bar.update, whole=True, taps=taps),
+               "held": answer_features(target, held, on_batch=bar.update, whole=True, taps=taps)}
         bar.close()
         return out
 
-    saved = cached(work / "features.pt", {k: settings[k] for k in ("data", "max_tokens", "dtype", "max_answers")},
-                   make_features)
+    saved = cached(work / "features.pt", features_key, make_features)
     train_f, held_f = saved["train"], saved["held"]
     train_t, held_t = [e.tokens for e in train], [e.tokens for e in held]
     ckpt_path = work / "checkpoint.pt"
     ckpt = load_checkpoint(ckpt_path, settings)
-    head_ids = ckpt["head_ids"] if ckpt else frequent_tokens(train, args.head_tokens, set(tok.stop_token_ids))
+    init = initial_head(args.init, target) if args.init else None
+    head_ids = (ckpt["head_ids"] if ckpt else init.head_ids if init is not None
+                else frequent_tokens(train, args.head_tokens, set(tok.stop_token_ids)))
     torch.manual_seed(args.seed)
-    head = EagleHead(target.cfg, head_ids)
+    head = EagleHead(target.cfg, head_ids, taps, final)
     with torch.no_grad():
-        head.decoder.norm.weight.copy_(target.norm.weight.float())   # start on the target's feature scale
+        if init is not None:                                         # fine-tune a trained head
+            head.load_state_dict({k: v.float() for k, v in init.state_dict().items()})
+        else:
+            head.decoder.norm.weight.copy_(target.norm.weight.float())   # start on the target's feature scale
     head.attach(target.embed.weight.float())
     target = None                    # from here only its embedding rows are needed
     params = [p for n, p in head.named_parameters() if not n.startswith("decoder.embed")]
@@ -80,12 +122,13 @@ def cmd_train_eagle(args) -> int:
     while step < end:
         stop = min(end, (step // args.eval_every + 1) * args.eval_every)
         train_steps(head, opt, train_f, train_t, step, stop, args.steps, args.lr, args.batch, args.seed,
-                    args.cls_weight, args.noise, lambda _, loss, __: bar.step(loss), args.bf16_autocast)
+                    args.cls_weight, args.noise, lambda _, loss, __: bar.step(loss), args.bf16_autocast,
+                    args.unroll)
         step = stop
         wall += time.perf_counter() - t_session
         head.eval()
         with torch.no_grad():
-            loss, parts = eagle_loss(head, *pad_batch(held_f, held_t), args.cls_weight)
+            loss, parts = eagle_loss(head, *pad_batch(held_f, held_t, head), args.cls_weight)
         history.append({"step": step, "wall_s": round(wall, 1), "loss": round(float(loss), 4),
                         "top1": round(parts["top1"], 4), "reg": round(parts["reg"], 4), "kl": round(parts["kl"], 4)})
         bar.show(held=f"{float(loss):.3f}", top1=f"{parts['top1']:.3f}")
