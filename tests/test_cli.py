@@ -154,3 +154,9 @@ def test_python_dash_m_works(tiny_dir):
     r = subprocess.run([sys.executable, "-m", "verispec", "generate", "", "--model", str(tiny_dir)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.strip() == "verispec: error: the prompt is empty"
+
+
+def test_demo_compares_methods_with_plain_on_the_same_output(capsys, tiny_dir):
+    assert main(["demo", "--model", str(tiny_dir), "--methods", "ngram", "--max-new-tokens", "8"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("output identical to plain: yes") == 3 and "NO" not in out

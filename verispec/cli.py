@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     _decoding_flags(a)
     a.set_defaults(temperature=1.0, k=4)
     d = sub.add_parser("demo", help="a few prompts: plain against speculative decoding (what `make run` shows)")
-    d.add_argument("--methods", default="ngram,draft", help="speculative methods to compare with plain")
+    d.add_argument("--methods", default="ngram,draft,eagle", help="speculative methods to compare with plain")
     d.add_argument("--k", type=_k_arg, default="auto")
     d.add_argument("--max-new-tokens", type=int, default=96)
     _model_flags(d)

@@ -23,7 +23,9 @@ def cmd_demo(args) -> int:
     tok = target.tokenizer
     methods = [m for m in args.methods.split(",") if m and m != "plain"]
     plain = Engine(target.model)
-    engines = {m: make_engine(m, target, args.draft) for m in methods}
+    # --draft is the draft model's folder; EAGLE drafts a dynamic tree (its fastest mode here, see the README)
+    engines = {m: make_engine(m, target, args.draft if m in ("draft", "draft-tree") else None,
+                              tree="dynamic" if m == "eagle" else None) for m in methods}
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, sampling=SamplingConfig(0.0),
                            stop_token_ids=tok.stop_token_ids)
     warm = tok.prompt_ids("Hello!")
