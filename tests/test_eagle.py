@@ -175,3 +175,19 @@ def test_a_head_on_fused_layers_trains_and_is_refused_for_drafting(capsys, tmp_p
     for bad in ("x", "0,0", "99", ""):
         assert main(base + ["--out", str(tmp_path / "bad"), "--feature-layers", bad]) == 2
     assert main(base + ["--out", str(tmp_path / "bad"), "--feature-layers", "1", "--init", str(out)]) == 2
+
+
+def test_init_fine_tunes_a_trained_head(tmp_path, tiny_dir, tiny_distill_dir, tiny_eagle):
+    """--init starts from a trained head (its weights and head tokens): its first held-out loss is already
+    below that of the same run from scratch."""
+    base = ["train-eagle", "--data", str(tiny_distill_dir), "--model", str(tiny_dir), "--batch", "2", "--dtype",
+            "fp32", "--steps", "4", "--eval-every", "2", "--lr", "3e-3", "--head-tokens", "512"]
+    assert main(base + ["--out", str(tmp_path / "scratch")]) == 0
+    assert main(base + ["--out", str(tmp_path / "tuned"), "--init", str(tiny_eagle[0])]) == 0
+    scratch = json.loads((tmp_path / "scratch" / "config.json").read_text())
+    tuned = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    assert tuned["history"][0]["loss"] < scratch["history"][0]["loss"]
+    from safetensors.torch import load_file
+    ids = [load_file(str(folder / "eagle.safetensors"))["head_ids"] for folder in (tiny_eagle[0], tmp_path / "tuned")]
+    assert torch.equal(*ids)                                        # the trained head's tokens, kept
+    assert "started from the trained head" in (tmp_path / "tuned" / "README.md").read_text()

@@ -46,8 +46,7 @@ def cmd_cost_curve(args) -> int:
     from .files import atomic_file
     if args.max_n < 1 or args.context < 1 or args.repeats < 1:
         raise VerispecError("--max-n, --context and --repeats must be >= 1")
-    if args.batch:
-        parse_batch_sizes(args.batch)                  # bad sizes fail now, not after the timing
+    sizes = parse_batch_sizes(args.batch) if args.batch else None   # bad sizes fail now, not after the timing
     target = Target.load(args.model, args.dtype, args.device)
     if args.context + args.max_n > target.model.cfg.max_position:
         raise VerispecError("--context plus --max-n exceeds the model's context")
@@ -65,7 +64,7 @@ def cmd_cost_curve(args) -> int:
         step = cost_curve(draft, [1], args.context, args.repeats)[1]
         draft_cost = step / curve[1]
         print(f"draft step: {step * 1e3:.2f} ms -> c = {draft_cost:.3f} of a target pass")
-    batch = measure_batches(args, target, curve[1]) if args.batch else None
+    batch = measure_batches(args, target, curve[1], sizes) if sizes else None
     if args.json_out:
         with atomic_file(args.json_out) as f:
             json.dump({"dtype": args.dtype, "device": str(target.model.device), "context": args.context,
@@ -87,9 +86,8 @@ def parse_batch_sizes(text: str) -> list[int]:
     return sizes
 
 
-def measure_batches(args, target, t1: float) -> dict:
+def measure_batches(args, target, t1: float, sizes: list[int]) -> dict:
     """`cost-curve --batch`: the packed-pass curve for each batch size; saved into a cost profile with --profile."""
-    sizes = parse_batch_sizes(args.batch)
     ns = list(range(1, args.max_n + 1))
     table = batch_cost_curve(target.model, sizes, ns, args.context, args.repeats)
     print("\npacked passes of B sequences, n tokens each: T_B(n)/T_B(1), and T_B(1)/T_1(1)")

@@ -222,6 +222,11 @@ class Llama(nn.Module):
     # proposer whose rows need not match sequential decoding (the EAGLE head) sets it False: dense masked passes
     exact_rows = True
 
+    @property
+    def _rowwise(self) -> bool:
+        """Attend chains and trees row by row: decoding with exact_rows (training takes the dense mask)."""
+        return self.exact_rows and not self.training
+
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
         self.cfg = cfg
@@ -275,8 +280,7 @@ class Llama(nn.Module):
         embeds [batch, n, D], instead of tokens: input vectors fed in place of token embeddings (an EAGLE head).
         """
         b, t = positions.shape
-        exact = self.exact_rows and not self.training     # training takes the dense mask
-        if exact and mask is not None and cache is not None and b == 1 and t > ROWWISE_MAX_TOKENS:
+        if self._rowwise and mask is not None and cache is not None and b == 1 and t > ROWWISE_MAX_TOKENS:
             full = mask.view(t, cache.length + t)
             if not full[:, cache.length:].triu(1).any():
                 # no row attends to a later one (a tree, breadth-first): run blocks of rows one after the
@@ -324,7 +328,7 @@ class Llama(nn.Module):
         RowPaths (a tree of one sequence, row by row over each path) or a [batch or 1, 1, n, S] bool mask."""
         if cache is None:
             return None
-        exact = self.exact_rows and not self.training
+        exact = self._rowwise
         if mask is None:
             if t == 1:
                 return None

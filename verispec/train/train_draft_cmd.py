@@ -5,17 +5,17 @@ import json
 import shlex
 import shutil
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from ..errors import VerispecError
-from ..files import atomic_dir, atomic_file
+from ..files import atomic_dir
 from ..model import loader
 from .data import frequent_tokens, load_examples, row_index, split_held_out
 from .progress import StepBar
+from .workdir import load_checkpoint, resume, save_checkpoint, train_in_rounds
 from .draft import LOSSES, DraftShape, TrainConfig, evaluate, init_draft, make_optimizer, train_steps
 
 
@@ -69,46 +69,32 @@ def cmd_train_draft(args) -> int:
     ckpt_path = work / "checkpoint.pt"
     settings = {"shape": asdict(shape), "train": asdict(cfg), "data": str(Path(args.data).resolve()),
                 "max_tokens": args.max_tokens}
-    if ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, weights_only=False)
-        if ckpt["settings"] != settings:
-            raise VerispecError(f"{ckpt_path} was made with other flags; use them again or delete {work}")
+    ckpt = load_checkpoint(ckpt_path, settings)
+    if ckpt is not None:
         head_ids = ckpt["head_ids"]
     else:
-        ckpt = None
         head_ids = (frequent_tokens(train, shape.head_tokens, set(tok.stop_token_ids))
                     if shape.head_tokens else None)
     head_index = row_index(head_ids, target.cfg.vocab_size)
     model = init_draft(target, shape, head_ids, args.seed)
     opt = make_optimizer(model, cfg)
-    step, wall, history = 0, 0.0, []
-    if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        opt.load_state_dict(ckpt["optimizer"])
-        step, wall, history = ckpt["step"], ckpt["wall_s"], ckpt["history"]
+    step, wall, history = resume(ckpt, model, opt, "model")
     del target
-
-    def save_checkpoint():
-        with atomic_file(ckpt_path, "wb") as f:
-            torch.save({"settings": settings, "head_ids": head_ids, "model": model.state_dict(),
-                        "optimizer": opt.state_dict(), "step": step, "wall_s": wall, "history": history}, f)
 
     bar = StepBar(cfg.steps, step, "train-draft")
     on_step = lambda s, out, _: bar.step(out[cfg.loss])  # noqa: E731
 
-    t_session = time.perf_counter()
-    last = cfg.steps if args.stop_at is None else args.stop_at
-    while step < last:
-        stop = min(last, (step // args.eval_every + 1) * args.eval_every)
-        train_steps(model, opt, train, head_index, cfg, step, stop, on_step)
-        step = stop
-        wall += time.perf_counter() - t_session
-        t_session = time.perf_counter()
+    def evaluate_and_save(step, wall):
         metrics = evaluate(model, held, head_index)
         history.append({"step": step, "wall_s": round(wall, 1), **{k: round(v, 4) for k, v in metrics.items()}})
         bar.show(alpha=f"{metrics['alpha']:.3f}", greedy=f"{metrics['greedy']:.3f}")
-        save_checkpoint()
-        t_session = time.perf_counter()
+        save_checkpoint(ckpt_path, settings, head_ids=head_ids, model=model.state_dict(),
+                        optimizer=opt.state_dict(), step=step, wall_s=wall, history=history)
+
+    step, wall = train_in_rounds(step, cfg.steps if args.stop_at is None else args.stop_at, args.eval_every, wall,
+                                 lambda start, stop: train_steps(model, opt, train, head_index, cfg, start, stop,
+                                                                 on_step),
+                                 evaluate_and_save)
     bar.close()
     final = history[-1]
     answer_tokens = torch.cat([e.tokens[e.first:] for e in train])

@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -15,16 +14,15 @@ from .data import frequent_tokens
 from .eagle import draft_acceptance, eagle_loss, pad_batch, train_steps
 from .medusa import answer_features
 from .progress import StepBar
-from .workdir import cached, load_checkpoint, resume, save_checkpoint, start_run
+from .workdir import cached, data_settings, load_checkpoint, resume, save_checkpoint, start_run, train_in_rounds
 
 
-def model_card(args, info: str, acc: list[list[float]], wall_s: float, history: list) -> str:
+def model_card(args, feature: str, info: str, acc: list[list[float]], wall_s: float, history: list) -> str:
     lines = [f"# verispec EAGLE head: {Path(args.out).name}", "",
              "An EAGLE draft head: it predicts the target's next feature from its current one and the next token, "
              "and drafts by feeding its predictions back.", "", "```",
              "verispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]), "```", "",
-             f"- target: {args.model or 'SmolLM2-135M-Instruct (verispec default)'}; feature: " +
-             feature_text(*parse_layers(args.feature_layers)),
+             f"- target: {args.model or 'SmolLM2-135M-Instruct (verispec default)'}; feature: {feature}",
              f"- head: fc [f_j, e(x_(j+1))] 2D -> D, one Llama decoder layer, output = the target's embedding rows "
              f"of the {args.head_tokens} most frequent answer tokens (borrowed, not stored)",
              *([f"- started from the trained head `{args.init}`"] if args.init else []),
@@ -79,15 +77,14 @@ def cmd_train_eagle(args) -> int:
         raise VerispecError("--init starts from a head on the final feature: use it with --feature-layers final")
     train, held, target, tok, work = start_run(args)
     taps, final = parse_layers(args.feature_layers, target.cfg.num_layers)
-    settings = {"data": str(Path(args.data).resolve()), "max_tokens": args.max_tokens, "dtype": args.dtype,
-                "max_answers": args.max_answers, "head_tokens": args.head_tokens, "steps": args.steps,
-                "batch": args.batch, "lr": args.lr, "seed": args.seed, "cls_weight": args.cls_weight,
-                "noise": args.noise, "bf16_autocast": args.bf16_autocast, "unroll": args.unroll,
+    features_key = data_settings(args)
+    settings = {**features_key, "head_tokens": args.head_tokens, "steps": args.steps, "batch": args.batch,
+                "lr": args.lr, "seed": args.seed, "cls_weight": args.cls_weight, "noise": args.noise,
+                "bf16_autocast": args.bf16_autocast, "unroll": args.unroll,
                 "init": str(Path(args.init).resolve()) if args.init else None}
-    features_key = {k: settings[k] for k in ("data", "max_tokens", "dtype", "max_answers")}
     if taps:                                   # (final alone: the key older runs' feature caches carry)
-        settings["feature_layers"] = features_key["taps"] = list(taps)
-        settings["feature_final"] = final
+        features_key = {**features_key, "taps": list(taps)}
+        settings["feature_layers"], settings["feature_final"] = list(taps), final
 
     def make_features():
         bar = tqdm(total=len(train) + len(held), desc="target features", unit="sequence", file=sys.stderr)
@@ -101,15 +98,14 @@ def cmd_train_eagle(args) -> int:
     train_t, held_t = [e.tokens for e in train], [e.tokens for e in held]
     ckpt_path = work / "checkpoint.pt"
     ckpt = load_checkpoint(ckpt_path, settings)
-    init = initial_head(args.init, target) if args.init else None
-    head_ids = (ckpt["head_ids"] if ckpt else init.head_ids if init is not None
-                else frequent_tokens(train, args.head_tokens, set(tok.stop_token_ids)))
-    torch.manual_seed(args.seed)
-    head = EagleHead(target.cfg, head_ids, taps, final)
-    with torch.no_grad():
-        if init is not None:                                         # fine-tune a trained head
-            head.load_state_dict({k: v.float() for k, v in init.state_dict().items()})
-        else:
+    if args.init:                                                    # fine-tune a trained head (fp32)
+        head = initial_head(args.init, target)
+        head_ids = head.head_ids
+    else:
+        head_ids = ckpt["head_ids"] if ckpt else frequent_tokens(train, args.head_tokens, set(tok.stop_token_ids))
+        torch.manual_seed(args.seed)
+        head = EagleHead(target.cfg, head_ids, taps, final)
+        with torch.no_grad():
             head.decoder.norm.weight.copy_(target.norm.weight.float())   # start on the target's feature scale
     head.attach(target.embed.weight.float())
     target = None                    # from here only its embedding rows are needed
@@ -117,15 +113,13 @@ def cmd_train_eagle(args) -> int:
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     step, wall, history = resume(ckpt, head, opt, "head")
     bar = StepBar(args.steps, step, "train-eagle")
-    t_session = time.perf_counter()
-    end = min(args.steps, args.stop_at or args.steps)
-    while step < end:
-        stop = min(end, (step // args.eval_every + 1) * args.eval_every)
-        train_steps(head, opt, train_f, train_t, step, stop, args.steps, args.lr, args.batch, args.seed,
+
+    def train_round(start, stop):
+        train_steps(head, opt, train_f, train_t, start, stop, args.steps, args.lr, args.batch, args.seed,
                     args.cls_weight, args.noise, lambda _, loss, __: bar.step(loss), args.bf16_autocast,
                     args.unroll)
-        step = stop
-        wall += time.perf_counter() - t_session
+
+    def evaluate_and_save(step, wall):
         head.eval()
         with torch.no_grad():
             loss, parts = eagle_loss(head, *pad_batch(held_f, held_t, head), args.cls_weight)
@@ -134,7 +128,9 @@ def cmd_train_eagle(args) -> int:
         bar.show(held=f"{float(loss):.3f}", top1=f"{parts['top1']:.3f}")
         save_checkpoint(ckpt_path, settings, head_ids=head_ids, head=head.state_dict(), optimizer=opt.state_dict(),
                         step=step, wall_s=wall, history=history)
-        t_session = time.perf_counter()
+
+    step, wall = train_in_rounds(step, min(args.steps, args.stop_at or args.steps), args.eval_every, wall,
+                                 train_round, evaluate_and_save)
     bar.close()
     if step < args.steps:
         print(f"stopped at step {step} of {args.steps}; run the same command without --stop-at to resume")
@@ -143,7 +139,8 @@ def cmd_train_eagle(args) -> int:
     acc = draft_acceptance(head, held_f, held_t, ranks=min(8, args.head_tokens))
     info = (f"{args.data}: {len(train)} training / {len(held)} held-out sequences, "
             f"{sum(len(f) for f in train_f)} / {sum(len(f) for f in held_f)} positions")
-    head.save(Path(args.out), model_card(args, info, acc, wall, history), {"acceptance": acc, "history": history})
+    head.save(Path(args.out), model_card(args, feature_text(taps, final), info, acc, wall, history),
+              {"acceptance": acc, "history": history})
     (work / "history.json").write_text(json.dumps(history, indent=1))
     print(f"EAGLE head written to {args.out}: held-out top-1 by depth " + ", ".join(f"{row[0]:.3f}" for row in acc))
     return 0

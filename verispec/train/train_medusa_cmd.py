@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -16,7 +15,7 @@ from ..tree import tree_from_acceptance
 from .data import frequent_tokens, row_index
 from .medusa import RANKS, acceptance, answer_features, head_targets, kl_loss, train_steps
 from .progress import StepBar
-from .workdir import cached, load_checkpoint, resume, save_checkpoint, start_run
+from .workdir import cached, data_settings, load_checkpoint, resume, save_checkpoint, start_run, train_in_rounds
 
 
 def trees_json(acc: list[list[float]]) -> dict:
@@ -58,10 +57,9 @@ def cmd_train_medusa(args) -> int:
     if args.heads < 1 or args.steps < 1 or args.batch < 1 or args.eval_every < 1:
         raise VerispecError("need --heads, --steps, --batch and --eval-every >= 1")
     train, held, target, tok, work = start_run(args)
-    settings = {"data": str(Path(args.data).resolve()), "max_tokens": args.max_tokens, "dtype": args.dtype,
-                "max_answers": args.max_answers, "heads": args.heads, "head_tokens": args.head_tokens,
-                "steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed}
-    feature_settings = {k: settings[k] for k in ("data", "max_tokens", "dtype", "max_answers")}
+    feature_settings = data_settings(args)
+    settings = {**feature_settings, "heads": args.heads, "head_tokens": args.head_tokens, "steps": args.steps,
+                "batch": args.batch, "lr": args.lr, "seed": args.seed}
 
     def make_features():
         bar = tqdm(total=len(train) + len(held), desc="target features", unit="answer", file=sys.stderr)
@@ -87,13 +85,7 @@ def cmd_train_medusa(args) -> int:
     bar = StepBar(args.steps, step, "train-medusa")
     on_step = lambda _, loss, __: bar.step(loss)  # noqa: E731
 
-    t_session = time.perf_counter()
-    while step < args.steps:
-        stop = min(args.steps, (step // args.eval_every + 1) * args.eval_every)
-        train_steps(heads, opt, train_f, ids, probs, step, stop, args.steps, args.lr, args.batch, args.seed,
-                    on_step)
-        step = stop
-        wall += time.perf_counter() - t_session
+    def evaluate_and_save(step, wall):
         heads.eval()
         with torch.no_grad():
             held_loss = float(kl_loss(heads(held_f.float()), held_ids, held_probs))
@@ -103,7 +95,12 @@ def cmd_train_medusa(args) -> int:
         bar.show(held=f"{held_loss:.3f}", top1="/".join(f"{a:.2f}" for a in top1))
         save_checkpoint(ckpt_path, settings, head_ids=head_ids, heads=heads.state_dict(),
                         optimizer=opt.state_dict(), step=step, wall_s=wall, history=history)
-        t_session = time.perf_counter()
+
+    step, wall = train_in_rounds(
+        step, args.steps, args.eval_every, wall,
+        lambda start, stop: train_steps(heads, opt, train_f, ids, probs, start, stop, args.steps, args.lr,
+                                        args.batch, args.seed, on_step),
+        evaluate_and_save)
     bar.close()
     acc = acceptance(heads, held_f.float(), held_greedy, min(RANKS, args.head_tokens))
     trees = trees_json(acc)

@@ -1,6 +1,7 @@
 """A training run's work folder: cached inputs and checkpoints, each tied to the flags that made it."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import torch
@@ -20,6 +21,13 @@ def start_run(args):
     work = Path(str(args.out) + ".work")
     work.mkdir(parents=True, exist_ok=True)
     return train, held, target, tok, work
+
+
+def data_settings(args) -> dict:
+    """The flags that decide what the target's features are: the data and how the target read it (the key of
+    the cached features; part of every checkpoint's settings)."""
+    return {"data": str(Path(args.data).resolve()), "max_tokens": args.max_tokens, "dtype": args.dtype,
+            "max_answers": args.max_answers}
 
 
 def cached(path: Path, settings: dict, make) -> dict:
@@ -57,3 +65,18 @@ def resume(ckpt: dict | None, model: torch.nn.Module, opt, key: str) -> tuple[in
     model.load_state_dict(ckpt[key])
     opt.load_state_dict(ckpt["optimizer"])
     return ckpt["step"], ckpt["wall_s"], ckpt["history"]
+
+
+def train_in_rounds(step: int, end: int, every: int, wall: float, train, after) -> tuple[int, float]:
+    """Train steps [step, end) in rounds that stop at each multiple of `every`: train(start, stop), then
+    after(stop, wall) (held-out evaluation and a checkpoint, not counted in the wall time). Returns (step, wall
+    seconds of training so far, earlier sessions included)."""
+    t = time.perf_counter()
+    while step < end:
+        stop = min(end, (step // every + 1) * every)
+        train(step, stop)
+        step = stop
+        wall += time.perf_counter() - t
+        after(step, wall)
+        t = time.perf_counter()
+    return step, wall
