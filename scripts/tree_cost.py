@@ -1,11 +1,16 @@
 """Verify cost of token trees against chains: T(tree of n nodes + root)/T(1) and T(chain of n + 1)/T(1), after
 256 cached tokens, medians of 15 passes, on the default model in bf16. Run it from two checkouts to compare
-versions side by side (bench/results/tree_cost_dfs.txt):
+versions side by side (bench/results/tree_cost_dfs.txt). `--dense` adds the same passes attended densely, in
+one masked attention call per layer (`Llama.exact_rows = False`): faster, but no longer bitwise the logits of
+sequential decoding, so greedy output could differ from plain decoding's at near-ties
+(bench/results/tree_cost_dense.txt):
 
     python scripts/tree_cost.py                       # this checkout
     PYTHONPATH=/path/to/other/checkout python scripts/tree_cost.py
+    python scripts/tree_cost.py --dense
 """
 import statistics
+import sys
 import time
 
 import torch
@@ -23,7 +28,7 @@ def median_time(fn, repeats=15):
     return statistics.median(times[1:])
 
 
-def main(context=256):
+def main(context=256, dense=False):
     model = Target.load(None, "bf16", "cpu").model
     cache = model.new_cache(context + 80)
     model(torch.randint(0, 1000, (1, context)), torch.arange(context)[None], cache)
@@ -41,8 +46,15 @@ def main(context=256):
         mask = torch.cat([torch.ones(n + 1, context, dtype=torch.bool), tree.ancestry], 1)[None]
         t_tree = median_time(lambda: run(tokens, positions, mask))
         t_chain = median_time(lambda: run(tokens, torch.arange(context, context + n + 1)[None]))
-        print(f"{n} tree {t_tree / base:.2f} chain {t_chain / base:.2f} base {base * 1e3:.1f}ms", flush=True)
+        line = f"{n} tree {t_tree / base:.2f} chain {t_chain / base:.2f}"
+        if dense:
+            model.exact_rows = False
+            t_tree = median_time(lambda: run(tokens, positions, mask))
+            t_chain = median_time(lambda: run(tokens, torch.arange(context, context + n + 1)[None]))
+            model.exact_rows = True
+            line += f" dense: tree {t_tree / base:.2f} chain {t_chain / base:.2f}"
+        print(f"{line} base {base * 1e3:.1f}ms", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    main(dense="--dense" in sys.argv[1:])

@@ -8,6 +8,7 @@ import torch
 from verispec.cli import main
 from verispec.model.eagle import load_eagle
 from verispec.proposers.eagle import EagleProposer
+from verispec.proposers.ngram import graft
 from verispec.sampling import SamplingConfig
 
 
@@ -88,18 +89,22 @@ def load(tiny_dir, out):
     return target, head, cfg
 
 
-@pytest.mark.parametrize("tree", [None, "dynamic", "dynamic:6", "4", "2,1,1"])
-def test_eagle_greedy_equals_plain(tiny_dir, tiny_eagle, tree):
+@pytest.mark.parametrize("tree", [None, "dynamic", "dynamic:6", "dynamic:6+ngram", "4", "2,1,1", "4+ngram"])
+def test_eagle_greedy_equals_plain(monkeypatch, tiny_dir, tiny_eagle, tree):
     from verispec.api import Target, make_engine
     from verispec.engine import GenerationConfig
+    from verispec.proposers import eagle
+    grafted = []                                  # the n-gram paths merged into dynamic trees
+    monkeypatch.setattr(eagle, "graft", lambda proposal, chain: grafted.append(chain) or graft(proposal, chain))
     target = Target.load(str(tiny_dir), "fp32", "cpu")
     cfg = GenerationConfig(max_new_tokens=24, k="auto", stop_token_ids=frozenset())
-    for text in ("Count to 7", "Say something nice about cats and dogs"):
+    for text in ("Count to 7", "Say something nice about cats and dogs, cats and dogs, cats and dogs"):
         prompt = target.tokenizer.prompt_ids(text)
         plain = make_engine("plain", target).generate(prompt, cfg).token_ids
         g = make_engine("eagle", target, str(tiny_eagle[0]), tree=tree).generate(prompt, cfg)
         assert g.token_ids == plain, (tree, text)
         assert g.stats.drafted_tokens > 0
+    assert bool(grafted) == ("+ngram" in str(tree))
 
 
 def test_dynamic_tree_keeps_the_most_confident_nodes_parents_first(tiny_dir, tiny_eagle):
@@ -126,6 +131,19 @@ def test_dynamic_tree_keeps_the_most_confident_nodes_parents_first(tiny_dir, tin
     assert again.tokens == proposal.tokens and again.tree.choices == tree.choices
 
 
+def test_bf16_drafting_prepacks_the_output_product_and_training_does_not(tiny_dir, tiny_eagle):
+    from verispec.api import Target
+    target = Target.load(str(tiny_dir), "bf16", "cpu")
+    head, _ = load_eagle(tiny_eagle[0], target.model, torch.bfloat16)
+    feats = torch.randn(3, target.model.cfg.hidden_size, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        assert torch.equal(head.logits(feats), (feats @ head.out.T).float())
+        assert head.logits(feats[0]).shape == (len(head.head_ids),)
+    trainable, _ = load_eagle(tiny_eagle[0], target.model, torch.float32)    # what train-eagle --init loads
+    assert trainable.out_product is None
+    trainable.logits(torch.randn(2, target.model.cfg.hidden_size, requires_grad=True)).sum().backward()
+
+
 def test_chain_q_is_the_heads_distribution_zero_outside_its_tokens(tiny_dir, tiny_eagle):
     target, head, _ = load(tiny_dir, tiny_eagle[0])
     prop = EagleProposer(head)
@@ -142,7 +160,7 @@ def test_chain_q_is_the_heads_distribution_zero_outside_its_tokens(tiny_dir, tin
     assert all(proposal.q[i, t] > 0 for i, t in enumerate(proposal.tokens))
 
 
-@pytest.mark.parametrize("tree", ["chain", "dynamic"])
+@pytest.mark.parametrize("tree", ["chain", "dynamic", "dynamic+ngram"])
 def test_eagle_sampling_passes_the_audit(capsys, tiny_dir, tiny_eagle, tree):
     code = main(["audit", "--model", str(tiny_dir), "--method", "eagle", "--draft", str(tiny_eagle[0]), "--tree",
                  tree, "--samples", "300", "--tokens", "4", "--dtype", "fp32", "--temperature", "1"])
@@ -156,6 +174,9 @@ def test_bad_eagle_flags_get_one_line_errors(capsys, tiny_dir, tiny_eagle):
     assert main(["generate", "hi", "--model", str(tiny_dir), "--method", "eagle", "--draft", str(tiny_eagle[0]),
                  "--tree", "dynamic:0", "--dtype", "fp32"]) == 2
     assert "dynamic:N" in capsys.readouterr().err
+    assert main(["generate", "hi", "--model", str(tiny_dir), "--method", "eagle", "--draft", str(tiny_eagle[0]),
+                 "--tree", "dynamic+medusa", "--dtype", "fp32"]) == 2
+    assert "+ngram" in capsys.readouterr().err
     assert main(["generate", "hi", "--model", str(tiny_dir), "--method", "eagle", "--draft", str(tiny_dir),
                  "--dtype", "fp32"]) == 2
     assert "cannot load the EAGLE head" in capsys.readouterr().err

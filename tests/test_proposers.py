@@ -1,10 +1,12 @@
 """Proposers on their own: n-gram lookup and the draft model's cache resynchronisation."""
+import pytest
 import torch
 
 from verispec.model import loader
-from verispec.proposers.base import Proposer
+from verispec.proposers.base import Proposal, Proposer
 from verispec.proposers.draft_model import DraftModelProposer
-from verispec.proposers.ngram import NgramProposer, lookup
+from verispec.proposers.ngram import NgramProposer, graft, lookup
+from verispec.tree import build_tree
 from verispec.sampling import SamplingConfig
 
 
@@ -20,6 +22,20 @@ def test_lookup_prefers_longest_suffix_then_latest_match():
 def test_lookup_never_proposes_more_than_k():
     ctx = list(range(10)) * 3
     assert len(lookup(ctx, 4)) == 4
+
+
+def test_graft_merges_a_chain_into_a_tree_as_one_more_path():
+    tree = build_tree([(0,), (1,), (0, 0)])
+    base = Proposal([10, 11, 12], None, tree)                  # 10 -> 12, and 11
+    merged = graft(base, [10, 13, 14])                          # shares node 10, then branches off
+    paths = {tuple(merged.tokens[i - 1] for i in path) for path in merged.tree.paths}
+    assert paths == {(10, 12), (11,), (10, 13, 14)}
+    assert merged.q is None and merged.tree.size == 5
+    assert graft(base, [10, 12]).tree.choices == tree.choices   # a chain already in the tree adds nothing
+    new_root = graft(base, [7])                                 # a third first choice
+    assert sorted(new_root.tokens[i - 1] for i in new_root.tree.children(0)) == [7, 10, 11]
+    with pytest.raises(ValueError):
+        graft(Proposal([1, 2]), [3])                            # not a tree
 
 
 def test_proposers_implement_the_protocol(target_fp32):

@@ -92,6 +92,31 @@ def test_concurrent_requests_with_method_overrides_equal_offline(served, target_
     assert [r.model_extra["speculative"]["method"] for r in rs] == methods
 
 
+def test_a_server_of_eagle_trees_batches_them_and_equals_offline(target_bf16):
+    """`serve --method eagle --tree dynamic+ngram`: dynamic trees with the n-gram path, packed into one batch
+    with a chain request (another method), greedy: each equals plain decoding offline."""
+    server = Server(target_bf16, "eagle", "auto", max_batch=4, tree="dynamic+ngram")
+    port = free_port()
+    uv = start_server(server, port)
+    methods = ["eagle", "eagle", "ngram"]
+
+    async def main():
+        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0,
+                                    timeout=120)
+        rs = await asyncio.gather(*(client.chat.completions.create(
+            model=server.name, messages=[{"role": "user", "content": p}], max_tokens=24, temperature=0,
+            extra_body={"speculative": {"method": m}}) for p, m in zip(PROMPTS[1:], methods)))
+        await client.close()
+        return rs
+
+    try:
+        rs = asyncio.run(main())
+    finally:
+        uv.should_exit = True
+    assert [r.choices[0].message.content for r in rs] == [offline(target_bf16, p, 24) for p in PROMPTS[1:4]]
+    assert server._proposers["eagle"].mode == "dynamic" and server._proposers["eagle"].graft > 0
+
+
 def test_seeded_sampling_is_reproducible_and_equals_offline(served, target_bf16):
     server, _, client = served
     args = dict(model=server.name, messages=[{"role": "user", "content": PROMPTS[2]}], max_tokens=24,

@@ -47,6 +47,11 @@ def test_loadtest_starts_a_loopback_server_and_reports_zero_errors(tmp_path, tin
 def test_serving_commands_reject_bad_flags_in_one_line(tmp_path, tiny_dir, capsys):
     assert main(["serve", "--model", str(tiny_dir), "--max-batch", "0"]) == 2
     assert "--max-batch" in capsys.readouterr().err
+    assert main(["serve", "--model", str(tiny_dir), "--method", "bogus", "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown speculative method" in err
+    assert main(["serve", "--model", str(tiny_dir), "--method", "ngram", "--tree", "3,2", "--port", "0"]) == 2
+    assert "ngram" in capsys.readouterr().err
     assert main(["bench-batch", "--prompts", str(prompts_file(tmp_path)), "--batch", "two"]) == 2
     assert "--batch" in capsys.readouterr().err
     assert main(["loadtest", "--clients", "0"]) == 2

@@ -22,8 +22,10 @@ from .proposers.base import Proposer
 from .sampling import SamplingConfig
 
 METHODS = ("plain", "ngram", "draft", "draft-tree", "medusa", "eagle")
+TREE_METHODS = ("draft-tree", "medusa", "eagle")      # the methods --tree shapes
 DEFAULT_DRAFT = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-draft"
 DEFAULT_MEDUSA = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-medusa"
+GRAFT_NGRAM = 6    # longest prompt-lookup path grafted onto a dynamic EAGLE tree ("dynamic+ngram")
 DEFAULT_EAGLE = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-eagle"
 SHIPPED_PROFILES = Path(__file__).parent / "profiles"
 
@@ -77,6 +79,8 @@ def default_draft(target: Target, shipped: Path = DEFAULT_DRAFT, what: str = "dr
 def make_proposer(method: str, target: Target, draft: str | None = None, ngram_max: int = 3,
                   ngram_min: int = 1, tree: str | None = None) -> Proposer | None:
     """Build the proposer called `method` for `target` (None for plain decoding)."""
+    if tree is not None and method not in TREE_METHODS:
+        raise VerispecError(f"--tree shapes the methods {', '.join(TREE_METHODS)}, not {method}")
     if method == "plain":
         return None
     if method == "ngram":
@@ -104,18 +108,30 @@ def load_draft(target: Target, draft: str | None = None) -> Llama:
     return model
 
 
+def split_graft(tree: str | None) -> tuple[str | None, int]:
+    """"SHAPE+ngram" -> (SHAPE, or None for the default shape; GRAFT_NGRAM): the prompt-lookup continuation
+    grafted onto every drafted tree as one more path. Anything else -> (tree, 0)."""
+    if tree is None or "+" not in tree:
+        return tree, 0
+    shape, _, extra = tree.rpartition("+")
+    if extra != "ngram":
+        raise VerispecError(f"--tree takes '+ngram' as its one addition, got '+{extra}'")
+    return shape or None, GRAFT_NGRAM
+
+
 def medusa_proposer(target: Target, heads: str | None = None, tree: str | None = None):
     """Medusa heads (default: the shipped ones) with `tree`: None or "auto" (the size the cost profile predicts
     fastest), a node count ("32": the best tree of that size from the heads' measured accuracies), per-depth
-    widths ("3,2,1") or a JSON file of paths."""
+    widths ("3,2,1") or a JSON file of paths; any of them with "+ngram" (the n-gram path grafted on)."""
     from .model.medusa import load_heads
     from .proposers.medusa import MedusaProposer
     folder = heads or default_draft(target, DEFAULT_MEDUSA, "medusa")
     model, trees = load_heads(folder, target.model.embed.weight, target.model.dtype)
+    tree, graft = split_graft(tree)
     shape = tree_shape(target, trees["acceptance"], tree, "medusa")
     if shape.depth > model.num_heads:
         raise VerispecError(f"the tree is {shape.depth} deep but {folder} has only {model.num_heads} heads")
-    return MedusaProposer(model, shape, trees["acceptance"])
+    return MedusaProposer(model, shape, trees["acceptance"], graft)
 
 
 def tree_shape(target: Target, acceptance: list[list[float]], tree: str | None, method: str):
@@ -137,20 +153,26 @@ def tree_shape(target: Target, acceptance: list[list[float]], tree: str | None, 
 def eagle_proposer(target: Target, head: str | None = None, tree: str | None = None):
     """The EAGLE head (default: the shipped one) drafting `tree`: "chain" (default: sampled, with q), "dynamic"
     or "dynamic:N" (EAGLE-2, verifying the N most confident drafted nodes; N defaults to the tree size the cost
-    profile predicts fastest), or a static tree as for Medusa (a node count, per-depth widths, a JSON file)."""
+    profile predicts fastest), or a static tree as for Medusa (a node count, per-depth widths, a JSON file); a
+    tree with "+ngram" has the prompt-lookup continuation (up to GRAFT_NGRAM tokens) grafted on as one more
+    path ("dynamic+ngram")."""
     from .model.eagle import load_eagle
     from .proposers.eagle import EagleProposer
     model, cfg = load_eagle(head or default_draft(target, DEFAULT_EAGLE, "eagle"), target.model, target.model.dtype)
     acceptance = cfg["acceptance"]
+    tree, graft = split_graft(tree)
     if tree in (None, "chain"):
+        if graft:
+            raise VerispecError("the n-gram path is grafted onto trees, not EAGLE's chain: try dynamic+ngram")
         return EagleProposer(model)
     if tree == "dynamic" or tree.startswith("dynamic:"):
         size = tree.partition(":")[2]
         if size and not (size.isdigit() and 1 <= int(size) <= 64):
             raise VerispecError(f"--tree dynamic:N takes N from 1 to 64, got {size!r}")
         nodes = int(size) if size else tree_shape(target, acceptance, "auto", "eagle").size
-        return EagleProposer(model, "dynamic", nodes=nodes, depth=len(acceptance), expand=min(nodes, 8))
-    return EagleProposer(model, "static", tree_shape(target, acceptance, tree, "eagle"))
+        return EagleProposer(model, "dynamic", nodes=nodes, depth=len(acceptance), expand=min(nodes, 8),
+                             graft=graft)
+    return EagleProposer(model, "static", tree_shape(target, acceptance, tree, "eagle"), graft=graft)
 
 
 def make_engine(method: str, target: Target, draft: str | None = None, ngram_max: int = 3,

@@ -17,7 +17,7 @@ from collections import defaultdict
 
 import torch
 
-from .api import Target, make_engine
+from .api import TREE_METHODS, Target, make_engine
 from .engine import Engine, GenerationConfig
 from .errors import VerispecError
 from .files import atomic_file
@@ -151,7 +151,8 @@ def cmd_bench(args) -> int:
         if m not in hf_methods:
             for k in ks:
                 label = m if len(ks) == 1 else f"{m}@auto" if k == "auto" else f"{m}@k{k}"
-                engines[label] = (make_engine(m, target, args.draft, args.ngram_max, args.tree), k)
+                tree = args.tree if m in TREE_METHODS else None
+                engines[label] = (make_engine(m, target, args.draft, args.ngram_max, tree), k)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, seed=args.seed, acceptance=args.acceptance,
                            sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
                            stop_token_ids=target.tokenizer.stop_token_ids)

@@ -23,9 +23,10 @@ def cmd_demo(args) -> int:
     tok = target.tokenizer
     methods = [m for m in args.methods.split(",") if m and m != "plain"]
     plain = Engine(target.model)
-    # --draft is the draft model's folder; EAGLE drafts a dynamic tree (its fastest mode here, see the README)
+    # --draft is the draft model's folder; EAGLE drafts its static tree with the n-gram path grafted on (its
+    # fastest mode here, see the README)
     engines = {m: make_engine(m, target, args.draft if m in ("draft", "draft-tree") else None,
-                              tree="dynamic" if m == "eagle" else None) for m in methods}
+                              tree="auto+ngram" if m == "eagle" else None) for m in methods}
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, sampling=SamplingConfig(0.0),
                            stop_token_ids=tok.stop_token_ids)
     warm = tok.prompt_ids("Hello!")

@@ -89,7 +89,9 @@ class Sequence:
         if cfg.longest_draft + 1 > limit // 2:
             raise VerispecError(f"k = {cfg.longest_draft} is too large for a context of {limit} tokens")
         k = 0 if proposer is None else cfg.longest_draft
-        nodes = tree.size if tree is not None else getattr(proposer, "max_nodes", 0)   # a dynamic tree's bound
+        # the most nodes a proposal may hold: a static tree's size, or the proposer's bound (a dynamic tree, a
+        # grafted n-gram path)
+        nodes = max(tree.size if tree is not None else 0, getattr(proposer, "max_nodes", 0))
         self.capacity = len(prompt) + cfg.max_new_tokens + max(k, nodes) + 1
         if self.capacity > limit:
             raise VerispecError(f"prompt ({len(prompt)} tokens) plus max-new-tokens ({cfg.max_new_tokens}) "

@@ -191,7 +191,7 @@ def cmd_profile(args) -> int:
         costs[m] = in_situ_cost(runs, m) or costs[m]
     report = {"curve": rel, "tree_curve": trees, "draft_cost": costs, "draft_cost_isolated": isolated,
               "methods": {}}
-    print(f"\nT(n)/T(1): " + " ".join(f"{n}:{rel[n]:.2f}" for n in (2, 4, 8, 16)) +
+    print("\nT(n)/T(1): " + " ".join(f"{n}:{rel[n]:.2f}" for n in (2, 4, 8, 16)) +
           " | trees: " + " ".join(f"{n}:{v:.2f}" for n, v in trees.items()))
     print("draft cost c per token, in situ (isolated): " + ", ".join(f"{m} {costs[m]:.3f} ({isolated[m]:.3f})"
                                                                    for m in methods))

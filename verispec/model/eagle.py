@@ -45,6 +45,7 @@ class EagleHead(nn.Module):
         self.register_buffer("head_ids", head_ids.clone())             # row-by-row decoding
         self.embed: torch.Tensor | None = None                         # [V, D] the target's, borrowed
         self.out: torch.Tensor | None = None                           # [H, D] its rows for head_ids
+        self.out_product = None                                        # drafting's x -> x @ out.T, prepacked
 
     def attach(self, target_embedding: torch.Tensor) -> "EagleHead":
         self.embed = target_embedding.detach()
@@ -66,6 +67,8 @@ class EagleHead(nn.Module):
 
     def logits(self, feats: torch.Tensor) -> torch.Tensor:
         """[..., D] (predicted or true) features -> [..., H] float32 logits over the head tokens."""
+        if self.out_product is not None and not torch.is_grad_enabled():     # drafting
+            return self.out_product(feats).float()
         return (feats @ self.out.to(feats.dtype).T).float()
 
     def save(self, folder: Path, card: str, extra: dict) -> None:
@@ -102,6 +105,8 @@ def load_eagle(folder: str | Path, target, dtype: torch.dtype) -> tuple[EagleHea
         head.load_state_dict(state)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         raise VerispecError(f"cannot load the EAGLE head from {folder}: {e}") from None
-    from .cpu import pack_linears
-    head = head.to(device=target.device, dtype=dtype).eval()
-    return pack_linears(head).attach(target.embed.weight), cfg
+    from .cpu import pack_linears, packed_product
+    head = pack_linears(head.to(device=target.device, dtype=dtype).eval()).attach(target.embed.weight)
+    if dtype == torch.bfloat16:                                        # drafting in bf16: prepack its output
+        head.out_product = packed_product(head.out)
+    return head, cfg

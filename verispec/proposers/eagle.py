@@ -16,6 +16,8 @@ Three shapes:
   `nodes`. Children are still deterministic picks: the tree is a function of the context alone (never of the
   target's random draws), which is the one assumption recursive rejection sampling needs to stay exact, and
   `verispec audit --method eagle --tree dynamic` tests it.
+  With `graft` > 0, the prompt-lookup continuation (up to `graft` tokens, verispec.proposers.ngram) joins a
+  static or dynamic tree as one more path: still deterministic picks, still a function of the context alone.
 """
 from __future__ import annotations
 
@@ -27,21 +29,24 @@ from ..model.eagle import EagleHead
 from ..sampling import SamplingConfig, probs, sample
 from ..tree import TokenTree, build_tree
 from .base import Proposal, widen
+from .ngram import graft, lookup
 
 
 class EagleProposer:
     name = "eagle"
 
     def __init__(self, head: EagleHead, mode: str = "chain", tree: TokenTree | None = None, nodes: int = 8,
-                 depth: int = 5, expand: int = 4):
+                 depth: int = 5, expand: int = 4, graft: int = 0):
         if mode not in ("chain", "static", "dynamic"):
             raise ValueError(f"EAGLE mode must be chain, static or dynamic, got {mode!r}")
         if mode == "static" and tree is None:
             raise ValueError("a static EAGLE tree needs its tree")
         self.head, self.mode = head, mode
         self.tree = tree if mode == "static" else None       # the engine's static tree (None: chain or dynamic)
-        self.nodes, self.depth, self.expand = nodes, depth, expand
-        self.max_nodes = tree.size if mode == "static" else nodes if mode == "dynamic" else 0
+        if graft and mode == "chain":
+            raise ValueError("an n-gram path is grafted onto EAGLE trees, not chains")
+        self.nodes, self.depth, self.expand, self.graft = nodes, depth, expand, graft
+        self.max_nodes = (tree.size if mode == "static" else nodes if mode == "dynamic" else 0) + graft
         self.cache, self.feats, self.known, self.fed, self.root = None, None, 0, 0, None
 
     def fork(self) -> "EagleProposer":
@@ -72,7 +77,9 @@ class EagleProposer:
         try:
             if self.mode == "chain":
                 return self._chain(root, len(context), k, sampling, generator)
-            return self._tree(root, len(context), k)
+            proposal = self._tree(root, len(context), k)
+            chain = lookup(context, min(k, self.graft), min_ngram=2) if self.graft else []
+            return graft(proposal, chain) if chain else proposal                   # + the n-gram path
         finally:
             self.cache.truncate(self.fed)                                        # drop the draft entries
 
@@ -107,7 +114,7 @@ class EagleProposer:
         """Draft a token tree level by level; every node's children are its top choices (deterministic)."""
         head, device = self.head, self.head.out.device
         static = self.tree.cut(k) if self.mode == "static" else None
-        depth = static.depth if static else min(self.depth, k)
+        depth = static.depth if static else min(self.depth, k, self.nodes)      # N nodes reach depth N at most
         # a static tree's ranked choices needed per node path (which nodes to expand, and into how many)
         children: dict[tuple, int] = {}
         for c in static.choices if static else ():

@@ -18,6 +18,7 @@ from ..model.medusa import MedusaHeads
 from ..sampling import SamplingConfig
 from ..tree import TokenTree, expected_accepted, tree_from_acceptance
 from .base import Proposal
+from .ngram import graft, lookup
 
 TREE_SIZES = (4, 8, 16, 32, 64)
 
@@ -35,13 +36,15 @@ def auto_tree(acceptance: list[list[float]], tree_cost, c_heads: float = 0.0,
 class MedusaProposer:
     name = "medusa"
 
-    def __init__(self, heads: MedusaHeads, tree: TokenTree, acceptance: list[list[float]] | None = None):
+    def __init__(self, heads: MedusaHeads, tree: TokenTree, acceptance: list[list[float]] | None = None,
+                 graft: int = 0):
         if tree.depth > heads.num_heads:
             raise ValueError(f"a tree {tree.depth} deep needs {tree.depth} heads, these have {heads.num_heads}")
         self.heads, self.tree = heads, tree
         # E[accepted tokens per cycle] at temperature 0, from the heads' measured accuracy (for the cost model)
         self.expected_accepted = None if acceptance is None else expected_accepted(tree, acceptance)
         self.widths = tree.widths
+        self.graft, self.max_nodes = graft, tree.size + graft     # graft: the longest n-gram path merged in
         self.hidden: torch.Tensor | None = None          # [D] the state the newest token was drawn from
 
     def prepare(self, capacity: int) -> None:
@@ -61,4 +64,5 @@ class MedusaProposer:
         ranked = [self.heads.head_ids[logits[d].topk(w).indices].tolist()          # per depth: [w] token ids
                   for d, w in enumerate(self.widths[:tree.depth])]
         tokens = [ranked[len(c) - 1][c[-1]] for c in tree.choices]                # breadth-first, node 1..n
-        return Proposal(tokens, None, tree)
+        chain = lookup(context, min(k, self.graft), min_ngram=2) if self.graft else []
+        return graft(Proposal(tokens, None, tree), chain) if chain else Proposal(tokens, None, tree)

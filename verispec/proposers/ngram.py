@@ -10,6 +10,7 @@ import torch
 
 from ..errors import VerispecError
 from ..sampling import SamplingConfig
+from ..tree import build_tree
 from .base import Proposal
 
 
@@ -40,3 +41,25 @@ def lookup(context: list[int], k: int, max_ngram: int = 3, min_ngram: int = 1) -
             start = int(hits[-1]) + n                        # continuation of the most recent match
             return ids[start:start + k].tolist()
     return []
+
+
+def graft(proposal: Proposal, chain: list[int]) -> Proposal:
+    """A tree proposal with `chain` (deterministic picks, such as an n-gram continuation) merged in as one more
+    root-to-leaf path: it follows the tree's nodes while their tokens agree, then adds new nodes, each its
+    parent's next-ranked child. Siblings stay distinct tokens and every node is still a deterministic pick (q is
+    None), so greedy and recursive rejection sampling verify the merged tree exactly as they verify the tree."""
+    if proposal.tree is None or proposal.q is not None:
+        raise ValueError("graft merges a chain into a tree of deterministic picks")
+    by_path = dict(zip(proposal.tree.choices, proposal.tokens))
+    kids: dict[tuple, dict[int, tuple]] = {}                       # parent path -> {token: child path}
+    for path, token in by_path.items():
+        kids.setdefault(path[:-1], {})[token] = path
+    node = ()
+    for token in chain:
+        siblings = kids.setdefault(node, {})
+        if token not in siblings:
+            siblings[token] = node + (1 + max((c[-1] for c in siblings.values()), default=-1),)
+            by_path[siblings[token]] = token
+        node = siblings[token]
+    tree = build_tree(list(by_path))
+    return Proposal([by_path[c] for c in tree.choices], None, tree)

@@ -90,8 +90,9 @@ class Server:
     """The model, its proposers (one loaded copy per method, forked per request), the batch and the metrics."""
 
     def __init__(self, target: Target, method: str = "ngram", k: int | str = "auto", max_batch: int = 16,
-                 draft: str | None = None, name: str | None = None):
-        self.target, self.method, self.k, self.draft = target, method, k, draft
+                 draft: str | None = None, name: str | None = None, tree: str | None = None):
+        self.target, self.method, self.k, self.draft, self.tree = target, method, k, draft, tree  # tree: the
+        # default method's --tree (other methods, requested per request, draft their default shape)
         self.name = name or os.path.basename(os.path.normpath(target.folder))
         self.metrics = Metrics()
         self.profile = target.profile()             # read once: auto k for every request and the batch
@@ -107,7 +108,8 @@ class Server:
             if method not in self._proposers:
                 try:
                     self._proposers[method] = self.scheduler.call(      # weights load on the decoding thread
-                        lambda: make_proposer(method, self.target, self.draft))
+                        lambda: make_proposer(method, self.target, self.draft,
+                                              tree=self.tree if method == self.method else None))
                 except VerispecError as e:
                     raise APIError(400, str(e), "method_unavailable", "speculative.method") from None
         return fork(self._proposers[method])

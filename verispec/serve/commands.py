@@ -17,19 +17,23 @@ def cmd_serve(args) -> int:
     import uvicorn
 
     from ..api import Target
-    from .app import Server, create_app
+    from .app import APIError, Server, create_app
     if not 1 <= args.max_batch <= 256:
         raise VerispecError(f"--max-batch must be in 1..256, got {args.max_batch}")
     if not 0 <= args.port <= 65535:
         raise VerispecError(f"--port must be in 0..65535, got {args.port}")
     target = Target.load(args.model, args.dtype, args.device)
-    server = Server(target, args.method, args.k, args.max_batch, args.draft, args.name)
+    try:
+        server = Server(target, args.method, args.k, args.max_batch, args.draft, args.name, args.tree)
+    except APIError as e:                            # a bad --method / --tree / --draft: one line, exit 2
+        raise VerispecError(e.message) from None
     import threading
     http = uvicorn.Server(uvicorn.Config(create_app(server, decode_thread=False), host=args.host, port=args.port,
                                          log_level=args.log_level))
     web = threading.Thread(target=http.run, name="verispec-http", daemon=True)   # HTTP on a thread, decoding
     web.start()                                                                 # on the main one
-    print(f"verispec: serving {server.name} ({args.method}, k={args.k}, up to {args.max_batch} sequences per "
+    shape = f", tree {args.tree}" if args.tree else ""
+    print(f"verispec: serving {server.name} ({args.method}{shape}, k={args.k}, up to {args.max_batch} sequences per "
           f"batch) on http://{args.host}:{args.port}/v1", flush=True)
     stopper = threading.Thread(target=lambda: (web.join(), server.scheduler.stop()), daemon=True)
     stopper.start()                                  # the HTTP side ending (say, the port is taken) stops decoding
