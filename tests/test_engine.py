@@ -123,13 +123,17 @@ def test_prefix_reuse_gives_the_same_output(target_fp32):
     assert engine.generate(ids, cfg, reuse_prefix=True).token_ids == fresh
 
 
-def test_draft_tree_greedy_equals_plain(target_fp32, plain_outputs):
+@pytest.mark.parametrize("graft", [0, 6])                      # 6: with the n-gram path ("+ngram")
+def test_draft_tree_greedy_equals_plain(monkeypatch, target_fp32, plain_outputs, graft):
     from verispec.api import DEFAULT_DRAFT
-    from verispec.proposers.draft_tree import DraftTreeProposer
+    from verispec.proposers import draft_tree, ngram
+    grafted = []
+    monkeypatch.setattr(draft_tree, "graft", lambda p, chain: grafted.append(chain) or ngram.graft(p, chain))
     model, tok = target_fp32
     draft, _, _ = loader.load(DEFAULT_DRAFT, "fp32", need_tokenizer=False, target_embedding=model.embed.weight)
-    drafted, accepted = check_greedy_equal(model, tok, DraftTreeProposer(draft), plain_outputs, k=4)
-    assert accepted > 0
+    proposer = draft_tree.DraftTreeProposer(draft, graft=graft)
+    drafted, accepted = check_greedy_equal(model, tok, proposer, plain_outputs, k=4)
+    assert accepted > 0 and bool(grafted) == bool(graft)
 
 
 def test_shipped_medusa_heads_greedy_equal_plain(target_fp32, plain_outputs):

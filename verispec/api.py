@@ -92,7 +92,8 @@ def make_proposer(method: str, target: Target, draft: str | None = None, ngram_m
     if method == "draft-tree":
         from .proposers.draft_tree import DraftTreeProposer
         from .tree import parse_tree
-        return DraftTreeProposer(load_draft(target, draft), parse_tree(tree) if tree else None)
+        tree, graft = split_graft(tree)
+        return DraftTreeProposer(load_draft(target, draft), parse_tree(tree) if tree else None, graft)
     if method == "medusa":
         return medusa_proposer(target, draft, tree)
     if method == "eagle":

@@ -14,6 +14,7 @@ from ..sampling import SamplingConfig
 from ..tree import TokenTree, topk_per_depth
 from .base import Proposal
 from .draft_model import DraftModelProposer
+from .ngram import graft, lookup
 
 DEFAULT_WIDTHS = (2, 2, 1, 1, 1)
 
@@ -22,10 +23,11 @@ class DraftTreeProposer(DraftModelProposer):
     name = "draft-tree"
     draft_together = None                   # each tree is drafted on its own
 
-    def __init__(self, model, tree: TokenTree | None = None):
+    def __init__(self, model, tree: TokenTree | None = None, graft: int = 0):
         super().__init__(model)
         self.tree = tree or topk_per_depth(list(DEFAULT_WIDTHS))
         self.width = max(self.tree.widths)                                 # children per node, at most
+        self.graft, self.max_nodes = graft, self.tree.size + graft        # graft: the longest n-gram path
 
     def _ranked(self, feed: list[int], positions: list[int], mask: torch.Tensor | None) -> torch.Tensor:
         """Append `feed` to the draft's cache (RoPE at `positions`); return each token's next-token ranking,
@@ -62,4 +64,5 @@ class DraftTreeProposer(DraftModelProposer):
             for i in parents:
                 ranked[i] = rows[i - a].tolist()
         self.cache.truncate(ctx)                         # keep only the context: the tree's slots are scratch
-        return Proposal(tokens, None, tree)
+        chain = lookup(context, min(k, self.graft), min_ngram=2) if self.graft else []
+        return graft(Proposal(tokens, None, tree), chain) if chain else Proposal(tokens, None, tree)
