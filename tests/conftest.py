@@ -41,6 +41,15 @@ def write_model_folder(folder: Path, cfg: LlamaConfig, tokenizer_from: Path | No
     return folder
 
 
+@pytest.fixture
+def grafted(monkeypatch) -> list:
+    """The n-gram paths grafted onto trees during a test (`proposers.ngram.graft`, recorded and still applied)."""
+    from verispec.proposers import ngram
+    real, chains = ngram.graft, []
+    monkeypatch.setattr(ngram, "graft", lambda proposal, chain: chains.append(chain) or real(proposal, chain))
+    return chains
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory, default_dir) -> Path:
     """A 2-layer random model with the real tokenizer: fast to load, same vocabulary as the default target."""

@@ -8,7 +8,6 @@ import torch
 from verispec.cli import main
 from verispec.model.eagle import load_eagle
 from verispec.proposers.eagle import EagleProposer
-from verispec.proposers.ngram import graft
 from verispec.sampling import SamplingConfig
 
 
@@ -90,12 +89,9 @@ def load(tiny_dir, out):
 
 
 @pytest.mark.parametrize("tree", [None, "dynamic", "dynamic:6", "dynamic:6+ngram", "4", "2,1,1", "4+ngram"])
-def test_eagle_greedy_equals_plain(monkeypatch, tiny_dir, tiny_eagle, tree):
+def test_eagle_greedy_equals_plain(grafted, tiny_dir, tiny_eagle, tree):
     from verispec.api import Target, make_engine
     from verispec.engine import GenerationConfig
-    from verispec.proposers import eagle
-    grafted = []                                  # the n-gram paths merged into dynamic trees
-    monkeypatch.setattr(eagle, "graft", lambda proposal, chain: grafted.append(chain) or graft(proposal, chain))
     target = Target.load(str(tiny_dir), "fp32", "cpu")
     cfg = GenerationConfig(max_new_tokens=24, k="auto", stop_token_ids=frozenset())
     for text in ("Count to 7", "Say something nice about cats and dogs, cats and dogs, cats and dogs"):

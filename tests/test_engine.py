@@ -124,11 +124,9 @@ def test_prefix_reuse_gives_the_same_output(target_fp32):
 
 
 @pytest.mark.parametrize("graft", [0, 6])                      # 6: with the n-gram path ("+ngram")
-def test_draft_tree_greedy_equals_plain(monkeypatch, target_fp32, plain_outputs, graft):
+def test_draft_tree_greedy_equals_plain(grafted, target_fp32, plain_outputs, graft):
     from verispec.api import DEFAULT_DRAFT
-    from verispec.proposers import draft_tree, ngram
-    grafted = []
-    monkeypatch.setattr(draft_tree, "graft", lambda p, chain: grafted.append(chain) or ngram.graft(p, chain))
+    from verispec.proposers import draft_tree
     model, tok = target_fp32
     draft, _, _ = loader.load(DEFAULT_DRAFT, "fp32", need_tokenizer=False, target_embedding=model.embed.weight)
     proposer = draft_tree.DraftTreeProposer(draft, graft=graft)

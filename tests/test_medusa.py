@@ -105,8 +105,7 @@ def test_proposer_fills_the_tree_from_each_heads_ranking():
     assert prop.propose([1, 2, 3], 1, None, torch.Generator()).tree.size == 3      # cut to depth 1
 
 
-def test_train_medusa_cli_then_medusa_decoding_equals_plain_greedy(monkeypatch, tmp_path, tiny_dir,
-                                                                    tiny_distill_dir):
+def test_train_medusa_cli_then_medusa_decoding_equals_plain_greedy(grafted, tmp_path, tiny_dir, tiny_distill_dir):
     data = tiny_distill_dir
     out = tmp_path / "heads"
     flags = ["train-medusa", "--data", str(data), "--out", str(out), "--model", str(tiny_dir), "--heads", "3",
@@ -126,9 +125,7 @@ def test_train_medusa_cli_then_medusa_decoding_equals_plain_greedy(monkeypatch, 
     for tree in ("auto", "8", "2,2,1"):
         engine = make_engine("medusa", target, str(out), tree=tree)
         assert engine.generate(prompt, cfg).token_ids == plain, tree
-    from verispec.proposers import medusa, ngram
-    grafted = []                                             # "+ngram": the n-gram path merged into the tree
-    monkeypatch.setattr(medusa, "graft", lambda p, chain: grafted.append(chain) or ngram.graft(p, chain))
+    assert not grafted                                       # "+ngram": the n-gram path merged into the tree
     prompt = target.tokenizer.prompt_ids("Say it again and again: cats and dogs, cats and dogs, cats and dogs")
     fixed = GenerationConfig(max_new_tokens=24, k=3, stop_token_ids=frozenset())
     plain = make_engine("plain", target).generate(prompt, fixed).token_ids

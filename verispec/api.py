@@ -25,7 +25,7 @@ METHODS = ("plain", "ngram", "draft", "draft-tree", "medusa", "eagle")
 TREE_METHODS = ("draft-tree", "medusa", "eagle")      # the methods --tree shapes
 DEFAULT_DRAFT = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-draft"
 DEFAULT_MEDUSA = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-medusa"
-GRAFT_NGRAM = 6    # longest prompt-lookup path grafted onto a dynamic EAGLE tree ("dynamic+ngram")
+GRAFT_NGRAM = 6    # longest prompt-lookup path grafted onto a tree ("--tree SHAPE+ngram")
 DEFAULT_EAGLE = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-eagle"
 SHIPPED_PROFILES = Path(__file__).parent / "profiles"
 

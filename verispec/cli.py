@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)
     sv.add_argument("--max-batch", type=int, default=16, help="sequences decoded together, at most")
-    sv.add_argument("--tree", help="token tree of the default method (as for generate), e.g. dynamic+ngram for "
+    sv.add_argument("--tree", help="token tree of the default method (as for generate), e.g. auto+ngram for "
                                    "eagle: the fastest greedy mode here")
     sv.add_argument("--name", help="model name clients use (default: the model folder's name)")
     sv.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))

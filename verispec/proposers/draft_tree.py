@@ -14,7 +14,7 @@ from ..sampling import SamplingConfig
 from ..tree import TokenTree, topk_per_depth
 from .base import Proposal
 from .draft_model import DraftModelProposer
-from .ngram import graft, lookup
+from .ngram import with_lookup_path
 
 DEFAULT_WIDTHS = (2, 2, 1, 1, 1)
 
@@ -64,5 +64,4 @@ class DraftTreeProposer(DraftModelProposer):
             for i in parents:
                 ranked[i] = rows[i - a].tolist()
         self.cache.truncate(ctx)                         # keep only the context: the tree's slots are scratch
-        chain = lookup(context, min(k, self.graft), min_ngram=2) if self.graft else []
-        return graft(Proposal(tokens, None, tree), chain) if chain else Proposal(tokens, None, tree)
+        return with_lookup_path(Proposal(tokens, None, tree), context, k, self.graft)

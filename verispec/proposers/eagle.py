@@ -29,7 +29,7 @@ from ..model.eagle import EagleHead
 from ..sampling import SamplingConfig, probs, sample
 from ..tree import TokenTree, build_tree
 from .base import Proposal, widen
-from .ngram import graft, lookup
+from .ngram import with_lookup_path
 
 
 class EagleProposer:
@@ -77,9 +77,7 @@ class EagleProposer:
         try:
             if self.mode == "chain":
                 return self._chain(root, len(context), k, sampling, generator)
-            proposal = self._tree(root, len(context), k)
-            chain = lookup(context, min(k, self.graft), min_ngram=2) if self.graft else []
-            return graft(proposal, chain) if chain else proposal                   # + the n-gram path
+            return with_lookup_path(self._tree(root, len(context), k), context, k, self.graft)
         finally:
             self.cache.truncate(self.fed)                                        # drop the draft entries
 

@@ -18,7 +18,7 @@ from ..model.medusa import MedusaHeads
 from ..sampling import SamplingConfig
 from ..tree import TokenTree, expected_accepted, tree_from_acceptance
 from .base import Proposal
-from .ngram import graft, lookup
+from .ngram import with_lookup_path
 
 TREE_SIZES = (4, 8, 16, 32, 64)
 
@@ -64,5 +64,4 @@ class MedusaProposer:
         ranked = [self.heads.head_ids[logits[d].topk(w).indices].tolist()          # per depth: [w] token ids
                   for d, w in enumerate(self.widths[:tree.depth])]
         tokens = [ranked[len(c) - 1][c[-1]] for c in tree.choices]                # breadth-first, node 1..n
-        chain = lookup(context, min(k, self.graft), min_ngram=2) if self.graft else []
-        return graft(Proposal(tokens, None, tree), chain) if chain else Proposal(tokens, None, tree)
+        return with_lookup_path(Proposal(tokens, None, tree), context, k, self.graft)

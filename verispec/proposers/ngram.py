@@ -63,3 +63,11 @@ def graft(proposal: Proposal, chain: list[int]) -> Proposal:
         node = siblings[token]
     tree = build_tree(list(by_path))
     return Proposal([by_path[c] for c in tree.choices], None, tree)
+
+
+def with_lookup_path(proposal: Proposal, context: list[int], k: int, longest: int) -> Proposal:
+    """A tree proposer's `proposal` with the prompt-lookup continuation of `context` grafted on (`--tree
+    SHAPE+ngram`): a suffix of at least 2 tokens, at most min(k, longest) tokens. Unchanged when longest is 0 or
+    nothing matches."""
+    chain = lookup(context, min(k, longest), min_ngram=2) if longest else []
+    return graft(proposal, chain) if chain else proposal
