@@ -1,13 +1,9 @@
-"""Verify cost of token trees against chains: T(tree of n nodes + root)/T(1) and T(chain of n + 1)/T(1), after
-256 cached tokens, medians of 15 passes, on the default model in bf16. Run it from two checkouts to compare
-versions side by side (bench/results/tree_cost_dfs.txt). `--dense` adds the same passes attended densely, in
-one masked attention call per layer (`Llama.exact_rows = False`): faster, but no longer bitwise the logits of
-sequential decoding, so greedy output could differ from plain decoding's at near-ties
-(bench/results/tree_cost_dense.txt):
+"""Verify cost: T(pass)/T(1) for chains of k = 1..8 draft tokens (k + 1 rows) and for breadth-first top-2 token
+trees of 4, 8, 16, 32 and 64 nodes (+ root), after 256 cached tokens, medians of 15 passes, default model.
+Run it from two checkouts to compare versions side by side:
 
-    python scripts/tree_cost.py                       # this checkout
+    python scripts/tree_cost.py [--dtype bf16|fp32]
     PYTHONPATH=/path/to/other/checkout python scripts/tree_cost.py
-    python scripts/tree_cost.py --dense
 """
 import statistics
 import sys
@@ -28,8 +24,9 @@ def median_time(fn, repeats=15):
     return statistics.median(times[1:])
 
 
-def main(context=256, dense=False):
-    model = Target.load(None, "bf16", "cpu").model
+@torch.inference_mode()
+def main(context=256, dtype="bf16"):
+    model = Target.load(None, dtype, "cpu").model
     cache = model.new_cache(context + 80)
     model(torch.randint(0, 1000, (1, context)), torch.arange(context)[None], cache)
 
@@ -38,23 +35,18 @@ def main(context=256, dense=False):
         model.logits(model(tokens, positions, cache, mask))
 
     base = median_time(lambda: run(torch.randint(0, 1000, (1, 1)), torch.tensor([[context]])))
+    print(f"plain step {base * 1e3:.1f} ms ({dtype}, {torch.get_num_threads()} threads)", flush=True)
+    for k in range(1, 9):
+        t = median_time(lambda: run(torch.randint(0, 1000, (1, k + 1)), torch.arange(context, context + k + 1)[None]))
+        print(f"chain k={k}: {t / base:.2f}", flush=True)
     full = topk_per_depth([2] * 8, max_nodes=1024)
-    for n in (4, 8, 16, 32):
-        tree = build_tree(list(full.choices[:n]))     # breadth-first top-2 tree, as `verispec profile` times
+    for n in (4, 8, 16, 32, 64):
+        tree = build_tree(list(full.choices[:n]))
         tokens = torch.randint(0, 1000, (1, n + 1))
         positions = (context + torch.tensor(tree.depths))[None]
         mask = torch.cat([torch.ones(n + 1, context, dtype=torch.bool), tree.ancestry], 1)[None]
-        t_tree = median_time(lambda: run(tokens, positions, mask))
-        t_chain = median_time(lambda: run(tokens, torch.arange(context, context + n + 1)[None]))
-        line = f"{n} tree {t_tree / base:.2f} chain {t_chain / base:.2f}"
-        if dense:
-            model.exact_rows = False
-            t_tree = median_time(lambda: run(tokens, positions, mask))
-            t_chain = median_time(lambda: run(tokens, torch.arange(context, context + n + 1)[None]))
-            model.exact_rows = True
-            line += f" dense: tree {t_tree / base:.2f} chain {t_chain / base:.2f}"
-        print(f"{line} base {base * 1e3:.1f}ms", flush=True)
+        print(f"tree {n} nodes: {median_time(lambda: run(tokens, positions, mask)) / base:.2f}", flush=True)
 
 
 if __name__ == "__main__":
-    main(dense="--dense" in sys.argv[1:])
+    main(dtype="fp32" if "--dtype=fp32" in sys.argv or "fp32" in sys.argv[1:] else "bf16")

@@ -55,3 +55,13 @@ def test_audit_fails_a_planted_bias(capsys, truncated_draft_dir, monkeypatch):
 def test_audit_refuses_to_pass_when_nothing_was_drafted(capsys, tiny_dir):
     code = main(["audit", "--model", str(tiny_dir), "--method", "ngram", "--samples", "10", "--tokens", "1"])
     assert code == 2 and "drafted nothing" in capsys.readouterr().err
+
+
+def test_false_positive_rate_and_uniform_p_values_over_200_seeds():
+    """Two samplers with one law, 200 seeds: the chi-square p-values are close to uniform (so a level-0.05 test
+    alarms about 5% of the time) and the audit's combined test alarms at most at its level."""
+    from verispec.audit import calibration
+    fp_rate, ks_p, combined = calibration(seeds=200)
+    assert 0.02 <= fp_rate <= 0.09, fp_rate
+    assert ks_p > 0.01, ks_p
+    assert combined <= 0.07, combined

@@ -2,6 +2,8 @@
 greedy output equal to plain decoding, and exact sampling (audit) on a tiny model."""
 import json
 
+import re
+
 import pytest
 import torch
 
@@ -127,17 +129,19 @@ def test_dynamic_tree_keeps_the_most_confident_nodes_parents_first(tiny_dir, tin
     assert again.tokens == proposal.tokens and again.tree.choices == tree.choices
 
 
-def test_bf16_drafting_prepacks_the_output_product_and_training_does_not(tiny_dir, tiny_eagle):
+def test_drafting_logits_are_row_invariant_and_training_still_has_gradients(tiny_dir, tiny_eagle):
     from verispec.api import Target
     target = Target.load(str(tiny_dir), "bf16", "cpu")
     head, _ = load_eagle(tiny_eagle[0], target.model, torch.bfloat16)
     feats = torch.randn(3, target.model.cfg.hidden_size, dtype=torch.bfloat16)
     with torch.inference_mode():
-        assert torch.equal(head.logits(feats), (feats @ head.out.T).float())
+        rows = head.logits(feats)
+        assert all(torch.equal(rows[i], head.logits(feats[i])) for i in range(3))      # each row as if alone
+        torch.testing.assert_close(rows, (feats.float() @ head.out.float().T), atol=1e-3, rtol=1e-3)
         assert head.logits(feats[0]).shape == (len(head.head_ids),)
     trainable, _ = load_eagle(tiny_eagle[0], target.model, torch.float32)    # what train-eagle --init loads
-    assert trainable.out_product is None
     trainable.logits(torch.randn(2, target.model.cfg.hidden_size, requires_grad=True)).sum().backward()
+    assert trainable.fc.weight.requires_grad
 
 
 def test_chain_q_is_the_heads_distribution_zero_outside_its_tokens(tiny_dir, tiny_eagle):
@@ -156,12 +160,42 @@ def test_chain_q_is_the_heads_distribution_zero_outside_its_tokens(tiny_dir, tin
     assert all(proposal.q[i, t] > 0 for i, t in enumerate(proposal.tokens))
 
 
+EAGLE_AUDIT = ["--samples", "300", "--tokens", "3", "--dtype", "fp32", "--temperature", "0.004"]
+
+
 @pytest.mark.parametrize("tree", ["chain", "dynamic", "dynamic+ngram"])
 def test_eagle_sampling_passes_the_audit(capsys, tiny_dir, tiny_eagle, tree):
+    """The tiny random target's logits are tiny (std ~0.02): at T = 0.004 its next-token laws are peaked, so the
+    audit's tables have several cells per position (at T = 1 they are near uniform and pooled into one cell: a
+    test that could not fail, which the audit now refuses to call a PASS)."""
     code = main(["audit", "--model", str(tiny_dir), "--method", "eagle", "--draft", str(tiny_eagle[0]), "--tree",
-                 tree, "--samples", "300", "--tokens", "4", "--dtype", "fp32", "--temperature", "1"])
+                 tree] + EAGLE_AUDIT)
     out = capsys.readouterr().out
     assert code == 0 and "PASS" in out, out
+    assert max(int(d) for d in re.findall(r"dof = +(\d+)", out)) >= 2, out
+
+
+@pytest.mark.parametrize("tree", ["chain", "dynamic"])
+def test_eagle_audit_fails_a_planted_bias(capsys, tiny_dir, tiny_eagle, tree, monkeypatch):
+    """The same audit FAILS when the verifier takes the argmax at the end of every speculative cycle."""
+    import verispec.engine
+    chain, trees = verispec.engine.verify_chain, verispec.engine.verify_tree
+
+    def greedy_chain(p, q, draft, u_accept, u_final, num_draft=None):
+        n, nxt = chain(p, q, draft, u_accept, u_final, num_draft)
+        if draft.shape[1] == 0:                                    # plain steps stay honest
+            return n, nxt
+        return n, p[torch.arange(p.shape[0]), n].argmax(-1)
+
+    def greedy_tree(p, q, tokens, tree_, u_accept, u_final):
+        path, _ = trees(p, q, tokens, tree_, u_accept, u_final)
+        return path, int(p[path[-1] if path else 0].argmax())
+    monkeypatch.setattr(verispec.engine, "verify_chain", greedy_chain)
+    monkeypatch.setattr(verispec.engine, "verify_tree", greedy_tree)
+    code = main(["audit", "--model", str(tiny_dir), "--method", "eagle", "--draft", str(tiny_eagle[0]), "--tree",
+                 tree] + EAGLE_AUDIT)
+    out = capsys.readouterr().out
+    assert code == 1 and "FAIL" in out, out
 
 
 def test_bad_eagle_flags_get_one_line_errors(capsys, tiny_dir, tiny_eagle):

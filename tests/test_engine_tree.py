@@ -1,20 +1,19 @@
 """Tree verification inside the engine: greedy output equals plain greedy decoding whatever the tree holds."""
 from verispec.engine import Engine, GenerationConfig
-from verispec.proposers.base import Proposal
+from verispec.proposers.base import Proposal, Proposer
 from verispec.proposers.ngram import lookup
 from verispec.sampling import SamplingConfig
 from verispec.tree import topk_per_depth
 
 
-class ToyTreeProposer:
+class ToyTreeProposer(Proposer):
     """First choices follow prompt lookup; other choices are arbitrary tokens. Deterministic (q = None)."""
     name = "toy-tree"
+    makes_trees = True
 
     def __init__(self, widths):
         self.widths = widths
-
-    def prepare(self, capacity):
-        pass
+        self.max_nodes = topk_per_depth(widths).size
 
     def propose(self, context, k, sampling, generator):
         depth = min(k, len(self.widths))

@@ -145,7 +145,7 @@ def test_train_draft_cli_writes_a_loadable_draft(tmp_path, tiny_dir, tiny_distil
 def test_draft_from_target_layers_borrows_and_freezes_the_embedding(tmp_path, tiny_dir):
     from verispec.train.draft import DraftShape
     from verispec.train.train_draft_cmd import save_draft
-    target, _, _ = loader.load(tiny_dir, "fp32", pack=False)
+    target, _, _ = loader.load(tiny_dir, "fp32")
     draft = init_draft(target, DraftShape(layers=1, head_tokens=64, from_target=True), torch.arange(64), seed=0)
     assert draft.cfg.hidden_size == target.cfg.hidden_size and not draft.embed.weight.requires_grad
     assert torch.equal(draft.layers[0].mlp.w2.weight, target.layers[0].mlp.w2.weight)

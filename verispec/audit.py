@@ -1,6 +1,8 @@
 """`verispec audit`: test, on the real model, that speculative sampling is distributed as plain sampling.
 
-Both samplers generate the first M tokens of the same prompt N times each, with independent seeds. A chi-square
+Both samplers generate the first M + 1 tokens of the same prompt N times each, with independent seeds; the first
+comes from the prefill, plain sampling in both, so the tests skip it and look only at the M tokens that
+speculation produced. A chi-square
 test of homogeneity on a 2 x C table of outcome counts asks whether two samples come from one distribution; outcomes
 too rare for the chi-square approximation (expected count < 5) are pooled into one "other" cell. M + 1 such tests
 run: one on the joint law of the M-token sequences, and one on the token at each position 1..M (a stop counts as a
@@ -78,13 +80,42 @@ def sample_sequences(engine, prompt_ids, cfg, samples: int, seed0: int, progress
     return out, drafted, accepted
 
 
-def audit_tests(a: list[tuple], b: list[tuple], level: float) -> tuple[list[tuple[str, AuditResult]], float]:
-    """The joint test and one test per position; returns them and the Bonferroni-combined p-value."""
+def audit_tests(a: list[tuple], b: list[tuple], level: float, skip: int = 1
+                ) -> tuple[list[tuple[str, AuditResult]], float]:
+    """The joint test and one test per position, past the first `skip` tokens (the prefill's: plain sampling in
+    both samplers); returns them and the Bonferroni-combined p-value."""
+    a, b = [s[skip:] for s in a], [s[skip:] for s in b]
     tests = [("joint", homogeneity_test(Counter(a), Counter(b), level))]
     for i in range(len(a[0])):
-        tests.append((f"token {i + 1}", homogeneity_test(Counter(s[i] for s in a), Counter(s[i] for s in b), level)))
+        tests.append((f"token {i + 1 + skip}", homogeneity_test(Counter(s[i] for s in a), Counter(s[i] for s in b),
+                                                                level)))
     combined = min(1.0, len(tests) * min(r.p_value for _, r in tests))
     return tests, combined
+
+
+def calibration(seeds: int = 200, n: int = 400, level: float = 0.05) -> tuple[float, float, float]:
+    """The tests' behaviour when both samplers share one law: `seeds` pairs of n 3-token sequences from a peaked
+    Markov chain with a long tail of rare tokens. Returns (the per-position test's alarm rate at `level`, the
+    Kolmogorov-Smirnov p-value of its p-values against uniform, the combined audit's alarm rate at `level`)."""
+    from scipy.stats import kstest
+    rng = np.random.default_rng(0)
+    first = np.r_[[0.4, 0.25, 0.15, 0.1], np.full(50, 0.1 / 50)]
+    step = rng.dirichlet(np.full(len(first), 0.3), size=len(first))           # next-token law per token
+
+    def sample(seed):
+        r = np.random.default_rng(seed)
+        seqs = r.choice(len(first), size=(n, 1), p=first).tolist()
+        for s in seqs:
+            for _ in range(2):
+                s.append(int(r.choice(len(first), p=step[s[-1]])))
+        return [tuple(s) for s in seqs]
+    pvals, alarms = [], 0
+    for seed in range(seeds):
+        a, b = sample(2 * seed + 1), sample(2 * seed + 2)
+        pvals.append(homogeneity_test(Counter(s[1] for s in a), Counter(s[1] for s in b)).p_value)
+        alarms += audit_tests(a, b, level, skip=0)[1] < level
+    pvals = np.array(pvals)
+    return float((pvals < level).mean()), float(kstest(pvals, "uniform").pvalue), alarms / seeds
 
 
 def cmd_audit(args) -> int:
@@ -93,7 +124,7 @@ def cmd_audit(args) -> int:
     from dataclasses import replace
 
     from .api import Target, make_engine
-    from .cli import check_decoding_flags
+    from .flags import check_decoding_flags
     from .engine import Engine, GenerationConfig
     from .sampling import SamplingConfig
     check_decoding_flags(args)
@@ -105,7 +136,7 @@ def cmd_audit(args) -> int:
     target = Target.load(args.model, args.dtype, args.device)
     plain = Engine(target.model)
     spec = make_engine(args.method, target, args.draft, args.ngram_max, args.tree)
-    cfg = GenerationConfig(max_new_tokens=args.tokens, k=args.k, seed=args.seed, acceptance=args.acceptance,
+    cfg = GenerationConfig(max_new_tokens=args.tokens + 1, k=args.k, seed=args.seed, acceptance=args.acceptance,
                            sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
                            stop_token_ids=target.tokenizer.stop_token_ids)
     ids = target.tokenizer.prompt_ids(args.prompt, not args.no_chat)
@@ -116,10 +147,15 @@ def cmd_audit(args) -> int:
         raise VerispecError(f"{args.method} drafted nothing on this prompt, so the audit cannot test it; "
                             "try a prompt whose answer repeats its input, or more --tokens")
     tests, combined = audit_tests(a, b, args.level)
+    if all(r.dof == 0 for _, r in tests) and a != b:
+        raise VerispecError("the audit has no power here: the outcomes are so spread that every one is too rare to "
+                            "test (all pooled into one cell); lower --temperature, test fewer --tokens or take "
+                            "more --samples")
     passed = combined >= args.level
     lossy = " (typical acceptance: LOSSY, a FAIL is expected; the TVs measure how far it is)" \
         if args.acceptance == "typical" else ""
-    print(f"audit {args.method}{lossy} vs plain: {args.samples} samples each of the first {args.tokens} tokens, "
+    print(f"audit {args.method}{lossy} vs plain: {args.samples} samples each of tokens 2..{args.tokens + 1} "
+          "(token 1 comes from the prefill), "
           f"T={args.temperature}, top-p={args.top_p}, top-k={args.top_k}, k={args.k}")
     print(f"  {args.method} drafted {drafted} tokens and accepted {accepted} across its runs")
     for name, r in tests:

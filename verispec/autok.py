@@ -90,6 +90,13 @@ class CostProfile:
     def chooser(self, method: str, k_max: int = 12) -> "AutoK":
         return AutoK(self.draft_cost.get(method, 0.05), self.curve, self.alpha.get(method, 0.5), k_max=k_max)
 
+    def dynamic_tree_chooser(self, method: str, nodes: int, depth: int) -> "AutoTree":
+        """A tree built anew each cycle (EAGLE-2): verify its `nodes` nodes, at most `depth` deep, or decode
+        plainly. Its prior yield is the best chain's at the method's profiled alpha (a tree holds that chain)."""
+        a = min(self.alpha.get(method, 0.5), 0.999)
+        chain = sum(a ** i for i in range(1, depth + 1))                  # E[accepted] of a depth-long chain
+        return AutoTree(self.tree_cost(nodes) + self.draft_cost.get(method, 0.05), depth, chain)
+
     def tree_chooser(self, method: str, tree, expected_accepted: float) -> "AutoTree":
         return AutoTree(self.tree_cost(tree.size) + self.draft_cost.get(method, 0.05), tree.depth,
                         expected_accepted)

@@ -85,7 +85,7 @@ def run_bench(target: Target, engines: dict[str, tuple[Engine, int]], prompts, c
         for rep in range(repeats):
             for name in (list(engines) if rep % 2 == 0 else list(reversed(engines))):
                 engine, k = engines[name]
-                lossy_ok = engine.static_tree is not None       # typical acceptance applies to tree methods only
+                lossy_ok = engine.proposer is not None and engine.proposer.makes_trees   # typical: trees only
                 g = engine.generate(ids, replace(cfg, k=k, acceptance=cfg.acceptance if lossy_ok else "exact"))
                 s = g.stats.to_dict()
                 s.update(_tokens=g.token_ids, _accepted_by_position=g.stats.accepted_by_position,
@@ -128,7 +128,7 @@ def environment(args) -> dict:
 
 
 def parse_ks(text: str) -> list[int | str]:
-    from .cli import parse_k
+    from .flags import parse_k
     ks = [parse_k(k) for k in str(text).split(",") if k.strip()]
     if not ks:
         raise VerispecError(f"--k takes an integer, 'auto' or a comma-separated list, got {text!r}")
@@ -136,7 +136,7 @@ def parse_ks(text: str) -> list[int | str]:
 
 
 def cmd_bench(args) -> int:
-    from .cli import check_decoding_flags
+    from .flags import check_decoding_flags
     ks = parse_ks(args.k)
     args.k, args.ks = ks[0], ks
     check_decoding_flags(args)

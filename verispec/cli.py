@@ -6,6 +6,7 @@ import json
 import sys
 
 from .errors import VerispecError
+from .flags import check_decoding_flags, format_stats, parse_k
 
 
 class _Parser(argparse.ArgumentParser):
@@ -20,20 +21,6 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                                    "for --method medusa; default: the ones shipped for SmolLM2-135M")
     g.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="default bf16 (the faster here)")
     g.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
-
-
-def parse_k(text: str) -> int | str:
-    """An integer k >= 1, or "auto"."""
-    text = str(text).strip()
-    if text == "auto":
-        return "auto"
-    try:
-        k = int(text)
-    except ValueError:
-        raise VerispecError(f"k must be an integer >= 1 or 'auto', got {text!r}") from None
-    if k < 1:
-        raise VerispecError(f"k must be >= 1 or 'auto', got {k}")
-    return k
 
 
 def _k_arg(text: str) -> int | str:
@@ -253,19 +240,14 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--json", dest="json_out", metavar="OUT")
     _model_flags(lt)
 
+    dr = sub.add_parser("doctor", help="what this machine guarantees (bitwise rows, kernels, dtype), checked on "
+                                       "the model; exit 1 where the guarantee does not hold")
+    _model_flags(dr)
+    dr.add_argument("--rows", type=int, default=64, help="largest pass checked (default 64 rows)")
+
     f = sub.add_parser("fetch", help="download and convert a model into the local cache, then print its folder")
     f.add_argument("--model", help="a .gguf file or model folder; default: the embedded SmolLM2-135M")
     return parser
-
-
-def check_decoding_flags(args) -> None:
-    """Reject bad decoding flags before any model is loaded."""
-    from .engine import GenerationConfig
-    from .sampling import SamplingConfig
-    GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, acceptance=args.acceptance,
-                     sampling=SamplingConfig(args.temperature, args.top_k, args.top_p))
-    if getattr(args, "prompt", None) is not None and not args.prompt.strip():
-        raise VerispecError("the prompt is empty")
 
 
 def cmd_generate(args) -> int:
@@ -282,18 +264,6 @@ def cmd_generate(args) -> int:
         print()
         print(format_stats(args.method, r.stats), file=sys.stderr)
     return 0
-
-
-def format_stats(method: str, s: dict) -> str:
-    fmt = lambda x, spec=".2f": "-" if x is None else format(x, spec)  # noqa: E731
-    by_pos = " ".join(fmt(a) for a in s["acceptance_by_position"])
-    return "\n".join([
-        f"[{method}{' (typical acceptance: LOSSY)' if s.get('lossy') else ''}] {s['new_tokens']} tokens in {s['time_total_s']:.2f}s = {s['tokens_per_s']:.1f} tok/s | "
-        f"target passes {s['target_passes']} | MAT {fmt(s['mean_accepted_tokens'])}",
-        f"  drafted {s['drafted_tokens']}, accepted {s['accepted_tokens']} | alpha {fmt(s['acceptance_rate'])}"
-        f" (by position: {by_pos or '-'}) | accepted-length histogram {s['accepted_length_histogram']}",
-        f"  time: prefill {s['time_prefill_s']:.2f}s, draft {s['time_draft_s']:.2f}s, "
-        f"verify {s['time_verify_s']:.2f}s, other {s['time_other_s']:.2f}s"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "loadtest":
             from .serve.loadtest import cmd_loadtest
             return cmd_loadtest(args)
+        if args.command == "doctor":
+            from .doctor import cmd_doctor
+            return cmd_doctor(args)
         if args.command == "fetch":
             from .model.loader import resolve
             print(resolve(args.model))

@@ -82,8 +82,8 @@ class Sequence:
         if not prompt:
             raise VerispecError("the prompt is empty")
         self.target, self.proposer, self.prompt, self.cfg, self.on_tokens = target, proposer, prompt, cfg, on_tokens
-        tree = getattr(proposer, "tree", None)      # a tree proposer fills the same token tree every cycle
-        if cfg.acceptance == "typical" and tree is None:
+        tree = None if proposer is None else proposer.tree    # a static tree, filled every cycle
+        if cfg.acceptance == "typical" and (proposer is None or not proposer.makes_trees):
             raise VerispecError("typical acceptance needs a tree method (draft-tree or medusa)")
         limit = target.cfg.max_position
         if cfg.longest_draft + 1 > limit // 2:
@@ -91,13 +91,13 @@ class Sequence:
         k = 0 if proposer is None else cfg.longest_draft
         # the most nodes a proposal may hold: a static tree's size, or the proposer's bound (a dynamic tree, a
         # grafted n-gram path)
-        nodes = max(tree.size if tree is not None else 0, getattr(proposer, "max_nodes", 0))
+        nodes = 0 if proposer is None else max(tree.size if tree is not None else 0, proposer.max_nodes)
         self.capacity = len(prompt) + cfg.max_new_tokens + max(k, nodes) + 1
         if self.capacity > limit:
             raise VerispecError(f"prompt ({len(prompt)} tokens) plus max-new-tokens ({cfg.max_new_tokens}) "
                                 f"exceeds the model's context of {limit} tokens")
         # proposers that draft from the target's own features (Medusa) hear the hidden states of kept positions
-        self._observe = getattr(proposer, "observe", None)
+        self._observe = proposer.observe if proposer is not None and proposer.reads_features else None
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.stats = GenerationStats(prompt_tokens=len(prompt), lossy=cfg.acceptance == "typical")
         self.cache, self.cached_tokens = None, []   # cached_tokens: tokens whose keys/values are in self.cache
@@ -107,11 +107,13 @@ class Sequence:
         # its whole tree or decodes plainly, whichever is predicted faster; other tree proposers always draft
         self.auto = None
         if cfg.k == "auto" and proposer is not None:
-            expected = getattr(proposer, "expected_accepted", None)
-            if tree is None:
+            expected = proposer.expected_accepted
+            if not proposer.makes_trees:
                 self.auto = profile.chooser(proposer.name, cfg.k_max)
-            elif expected is not None:
+            elif tree is not None and expected is not None:
                 self.auto = profile.tree_chooser(proposer.name, tree.cut(cfg.k_max), expected)
+            elif tree is None:   # a dynamic tree: verify its nodes, at most k_max deep, or decode plainly
+                self.auto = profile.dynamic_tree_chooser(proposer.name, proposer.max_nodes, cfg.k_max)
         self._t_start = time.perf_counter()
 
     @property
@@ -259,7 +261,7 @@ class Engine:
     @property
     def static_tree(self):
         """The token tree a tree proposer fills every cycle; None for chains and plain decoding."""
-        return getattr(self.proposer, "tree", None)
+        return None if self.proposer is None else self.proposer.tree
 
     @property
     def method(self) -> str:

@@ -55,7 +55,7 @@ class HFRunner:
         if "hf-draft" in methods:
             from .api import default_draft
             from .model import loader
-            model, _, _ = loader.load(draft or default_draft(target), "fp32", "cpu", pack=False,
+            model, _, _ = loader.load(draft or default_draft(target), "fp32", "cpu",
                                       need_tokenizer=False, target_embedding=target.model.embed.weight.float().cpu())
             self.assistant = as_hf_model(model, dtype).to(target.model.device)
         self.methods, self.cfg = methods, cfg

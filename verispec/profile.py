@@ -60,7 +60,7 @@ def draft_cost(engine, context_ids: list[int], k: int = 4, repeats: int = 15) ->
     times = []
     for _ in range(repeats + 1):
         prop.propose(context_ids[:-1], 1, SamplingConfig(0.0), g)       # put the proposer one token behind
-        if hasattr(prop, "observe"):                                    # it drafts from the target's features
+        if prop.reads_features:                                         # it drafts from the target's features
             prop.observe(torch.zeros(1, engine.target.cfg.hidden_size, dtype=engine.target.dtype,
                                      device=engine.target.device))
         t0 = time.perf_counter()
@@ -136,7 +136,7 @@ def tree_row(engine, row: dict, c: float, tree_cost) -> dict:
     """A tree method's predicted speedup (1 + E[accepted]) / (T(1 + n)/T(1) + c), where the proposer knows
     E[accepted] (Medusa: from its heads' measured accuracy), against the measured one."""
     tree = engine.static_tree
-    e = getattr(engine.proposer, "expected_accepted", None)
+    e = engine.proposer.expected_accepted
     out = {"tree_nodes": tree.size, "tree_depth": tree.depth, "c_per_cycle": c,
            "measured_mat": row["mean_accepted_tokens"], "measured_speedup": row["speedup_vs_plain"],
            "expected_tokens": None if e is None else 1 + e,

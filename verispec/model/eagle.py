@@ -24,6 +24,7 @@ from torch import nn
 from ..errors import VerispecError
 from .kv_cache import KVCache
 from .llama import Llama, LlamaConfig
+from .ops import Linear, product
 
 
 class EagleHead(nn.Module):
@@ -36,16 +37,15 @@ class EagleHead(nn.Module):
         d = target_cfg.hidden_size
         self.taps, self.final = tuple(taps), final
         self.in_width = d * (len(self.taps) + final)                    # columns of the target features read
-        self.fuse = nn.Linear(self.in_width, d, bias=False) if self.taps else None
+        self.fuse = Linear(self.in_width, d, bias=False) if self.taps else None
         self.cfg = replace(target_cfg, num_layers=1, vocab_size=1, tie_embeddings=True, head_tokens=0,
                            embed_from_target=False)
-        self.fc = nn.Linear(2 * d, d, bias=False)                       # [f_j, e(x_{j+1})] -> D
-        self.decoder = Llama(self.cfg)                                  # one block + final norm; its 1-row
-        self.decoder.exact_rows = False                                 # embedding is unused; drafts need no
-        self.register_buffer("head_ids", head_ids.clone())             # row-by-row decoding
+        self.fc = Linear(2 * d, d, bias=False)                      # [f_j, e(x_{j+1})] -> D
+        self.decoder = Llama(self.cfg)                                  # one block + final norm (its 1-row
+        self.register_buffer("head_ids", head_ids.clone())             # embedding is unused)
         self.embed: torch.Tensor | None = None                         # [V, D] the target's, borrowed
         self.out: torch.Tensor | None = None                           # [H, D] its rows for head_ids
-        self.out_product = None                                        # drafting's x -> x @ out.T, prepacked
+        self.out_product = None                                        # drafting's x -> x @ out.T, row-invariant
 
     def attach(self, target_embedding: torch.Tensor) -> "EagleHead":
         self.embed = target_embedding.detach()
@@ -105,8 +105,6 @@ def load_eagle(folder: str | Path, target, dtype: torch.dtype) -> tuple[EagleHea
         head.load_state_dict(state)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         raise VerispecError(f"cannot load the EAGLE head from {folder}: {e}") from None
-    from .cpu import pack_linears, packed_product
-    head = pack_linears(head.to(device=target.device, dtype=dtype).eval()).attach(target.embed.weight)
-    if dtype == torch.bfloat16:                                        # drafting in bf16: prepack its output
-        head.out_product = packed_product(head.out)
+    head = head.to(device=target.device, dtype=dtype).eval().attach(target.embed.weight)
+    head.out_product = product(head.out)
     return head, cfg

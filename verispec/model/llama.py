@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import ops
 from .kv_cache import KVCache
+from .ops import Linear, RMSNorm
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,7 @@ class LlamaConfig:
     head_tokens: int = 0            # > 0: the output head covers only this many tokens (a reduced-vocabulary
                                     # draft); every other token gets probability 0
     embed_from_target: bool = False  # a draft whose input embedding is its target's (not stored with it)
+    attention_bias: bool = False     # biases on the q, k and v projections (Qwen2)
 
     @property
     def head_dim(self) -> int:
@@ -69,138 +72,46 @@ class LlamaConfig:
         return json.dumps(self.to_hf(), indent=2)
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
-
-
-ROWWISE = "rowwise"     # mask sentinel: causal, computed one query row at a time (see Llama.forward)
-ROWWISE_MAX_TOKENS = 32  # CPU bf16 matrix products are row-invariant up to 32 rows (tests/test_model.py)
-
-
-@dataclass(frozen=True)
-class RowPaths:
-    """A token-tree mask, attended one row at a time: new token i sees the first `shared` slots (the context
-    every row sees), then its ancestors' slots and its own, in order, laid out exactly as if its path had been
-    decoded alone, so its logits are those of sequential decoding, bit for bit.
-
-    Rows are attended in depth-first order, so each row's layout differs from the previous row's only past
-    their common ancestors: `steps` holds, per row in that order, (row, path length, the copies that bring
-    the layout up to date as (destination offset, source slot, run length))."""
-    shared: int
-    longest: int                                        # the longest path (ancestors and itself)
-    steps: tuple[tuple[int, int, tuple[tuple[int, int, int], ...]], ...]
-    order: torch.Tensor                                 # [n] row i's place in the depth-first order
-
-    @classmethod
-    def from_mask(cls, mask: torch.Tensor) -> "RowPaths":
-        """mask: [n, S] bool, True where a new token may attend."""
-        device, mask = mask.device, mask.cpu()
-        shared = int(mask.all(0).long().cumprod(0).sum())               # leading slots every row sees
-        paths = [(shared + row[shared:].nonzero()[:, 0]).tolist() for row in mask]
-        dfs = sorted(range(len(paths)), key=lambda i: paths[i])        # ascending slots: ancestors first
-        steps, held = [], []
-        for i in dfs:
-            path = paths[i]
-            same = next((j for j, (a, b) in enumerate(zip(held, path)) if a != b), min(len(held), len(path)))
-            runs = []                                                    # copy path[same:] in contiguous runs
-            for off in range(same, len(path)):
-                if runs and path[off] == path[off - 1] + 1:
-                    runs[-1][2] += 1
-                else:
-                    runs.append([off, path[off], 1])
-            steps.append((i, len(path), tuple(map(tuple, runs))))
-            held = path
-        order = torch.empty(len(paths), dtype=torch.long)
-        order[torch.tensor(dfs)] = torch.arange(len(paths))
-        return cls(shared, max(map(len, paths)), tuple(steps), order.to(device))
-
-
-@dataclass
-class Packed:
-    """Several sequences' new tokens in one pass: rows [sum n_i] packed end to end, each sequence with its own
-    cache and attention rule. Matrix products run over the packed rows (in blocks of up to ROWWISE_MAX_TOKENS,
-    which keeps each row's result independent of its neighbours); attention runs per sequence."""
-    sizes: list[int]                    # n_i, new tokens of sequence i
-    caches: list[KVCache]
-    masks: list                         # per sequence: None (one token), ROWWISE, RowPaths or a [1, 1, n_i, S] mask
-
-
-def by_rows(fn, x: torch.Tensor) -> torch.Tensor:
-    """fn over x [1, N, ...] in blocks of up to ROWWISE_MAX_TOKENS rows (fn acts on each row alone)."""
-    if x.shape[1] <= ROWWISE_MAX_TOKENS:
-        return fn(x)
-    return torch.cat([fn(block) for block in x.split(ROWWISE_MAX_TOKENS, 1)], 1)
-
-
 class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
         self.h, self.hkv, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.wqkv = nn.Linear(cfg.hidden_size, (self.h + 2 * self.hkv) * self.d, bias=False)  # fused q, k, v
-        self.wo = nn.Linear(self.h * self.d, cfg.hidden_size, bias=False)
+        self.wqkv = Linear(cfg.hidden_size, (self.h + 2 * self.hkv) * self.d, bias=cfg.attention_bias)  # q, k, v
+        self.wo = Linear(self.h * self.d, cfg.hidden_size, bias=False)
 
-    def forward(self, x, cos, sin, cache: KVCache | Packed | None, layer: int, mask):
+    def forward(self, x, rope, rows: ops.Rows | None, layer: int):
         b, t, _ = x.shape                                       # x: [batch, n, D]
-        packed = isinstance(cache, Packed)
-        qkv = by_rows(self.wqkv, x) if packed else self.wqkv(x)
-        qkv = qkv.view(b, t, self.h + 2 * self.hkv, self.d).transpose(1, 2)      # [batch, heads, n, d]
+        qkv = self.wqkv(x)                                      # [batch, n, (h + 2 kv_heads) d]
+        cos, sin = rope                                         # [batch, n, d/2] fp32 each
+        if rows is not None and rows.kernels and ops.invariant(qkv) and qkv.dtype == torch.float32:  # kernels
+            y = ops.attend(qkv.view(b * t, -1), cos.reshape(b * t, -1), sin.reshape(b * t, -1), rows, layer, self.h)
+            return self.wo(y.view(b, t, self.h * self.d))
+        qkv = qkv.view(b, t, self.h + 2 * self.hkv, self.d).transpose(1, 2)             # [batch, heads, n, d]
         qk, v = qkv.split((self.h + self.hkv, self.hkv), dim=1)
         # rotate-half RoPE on q and k at once: rotate_half(x) * sin == roll(x, d/2) * sin_signed
+        cos, sin = torch.cat((cos, cos), -1)[:, None].to(x.dtype), torch.cat((-sin, sin), -1)[:, None].to(x.dtype)
         qk = qk * cos + qk.roll(self.d // 2, dims=-1) * sin      # cos, sin: [batch, 1, n, d]
         q, k = qk.split((self.h, self.hkv), dim=1)
-        if cache is None:                                       # training: attend within the block only
+        if rows is None:                                        # training: attend within the block only
             return self.wo(F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=True)
                            .transpose(1, 2).reshape(b, t, self.h * self.d))
-        if packed:                                              # each sequence attends over its own cache
-            y = torch.cat([self._attend(*qkv_i, c, layer, m) for *qkv_i, c, m in
-                           zip(q.split(cache.sizes, 2), k.split(cache.sizes, 2), v.split(cache.sizes, 2),
-                               cache.caches, cache.masks)], dim=2)
-        else:
-            y = self._attend(q, k, v, cache, layer, mask)
-        y = y.transpose(1, 2).reshape(b, t, self.h * self.d)                    # y: [batch, n, h * d]
-        return by_rows(self.wo, y) if packed else self.wo(y)
-
-    def _attend(self, q, k, v, cache: KVCache, layer: int, mask) -> torch.Tensor:
-        """q: [batch, h, n, d], k, v: [batch, kv_heads, n, d] of n new tokens -> [batch, h, n, d]."""
-        t = q.shape[2]
-        k_all, v_all = cache.write(layer, k, v)                 # [batch, kv_heads, S, d], S = length + n
-        first = k_all.shape[2] - t
-        if isinstance(mask, str):  # ROWWISE: row i sees exactly slots [0, S - n + i], as when decoded alone
-            return torch.cat([F.scaled_dot_product_attention(q[:, :, i:i + 1], k_all[:, :, :first + i + 1],
-                                                             v_all[:, :, :first + i + 1], enable_gqa=True)
-                              for i in range(t)], dim=2)
-        if isinstance(mask, RowPaths):  # row i sees the shared slots, then its path, laid out as if decoded alone
-            b, first = q.shape[0], mask.shared
-            k_row = k_all.new_empty(b, self.hkv, first + mask.longest, self.d)   # [batch, kv_heads, S_i, d]
-            v_row = v_all.new_empty(b, self.hkv, first + mask.longest, self.d)
-            k_row[:, :, :first], v_row[:, :, :first] = k_all[:, :, :first], v_all[:, :, :first]
-            rows = []
-            for i, length, copies in mask.steps:                                  # depth-first
-                for off, slot, run in copies:
-                    k_row.narrow(2, first + off, run).copy_(k_all.narrow(2, slot, run))
-                    v_row.narrow(2, first + off, run).copy_(v_all.narrow(2, slot, run))
-                end = first + length
-                rows.append(F.scaled_dot_product_attention(q[:, :, i:i + 1], k_row[:, :, :end], v_row[:, :, :end],
-                                                           enable_gqa=True))
-            return torch.cat(rows, dim=2).index_select(2, mask.order)              # back in row order
-        return F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask, enable_gqa=True)
+        if b > 1:                                               # one cache with a batch dimension
+            rows.segments[0][0].write(layer, k, v)
+        else:                                                   # one or more sequences packed end to end
+            for (cache, _, _, n), k_i, v_i in zip(rows.segments, k.split(rows.sizes, 2), v.split(rows.sizes, 2)):
+                cache.write(layer, k_i, v_i)
+        y = ops.attend_dense(q.transpose(1, 2).reshape(b * t, self.h, self.d), rows, layer)   # [rows, h, d]
+        return self.wo(y.to(x.dtype).view(b, t, self.h * self.d))
 
 
 class MLP(nn.Module):
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
-        self.w13 = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)  # fused gate, up
-        self.w2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.w13 = Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=False)  # fused gate, up
+        self.w2 = Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x):
-        gate, up = self.w13(x).chunk(2, dim=-1)
-        return self.w2(F.silu(gate) * up)
+        return self.w2(ops.silu_mul(self.w13(x, fp32=True), x.dtype))   # gate, up kept in fp32 until multiplied
 
 
 class Block(nn.Module):
@@ -211,36 +122,29 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, cache, layer, mask):
-        x = x + self.attn(self.attn_norm(x), cos, sin, cache, layer, mask)
-        h = self.mlp_norm(x)
-        return x + (by_rows(self.mlp, h) if isinstance(cache, Packed) else self.mlp(h))
+    def forward(self, x, rope, rows, layer):
+        if rows is not None and rows.kernels and ops.fused(x):  # decoding on the kernels: one call
+            return ops.layer(self, x, rope, rows, layer)
+        x = x + self.attn(self.attn_norm(x), rope, rows, layer)
+        return x + self.mlp(self.mlp_norm(x))
 
 
 class Llama(nn.Module):
-    # decode chains and trees row by row, so each row's logits are those of decoding it alone (a target); a
-    # proposer whose rows need not match sequential decoding (the EAGLE head) sets it False: dense masked passes
-    exact_rows = True
-
-    @property
-    def _rowwise(self) -> bool:
-        """Attend chains and trees row by row: decoding with exact_rows (training takes the dense mask)."""
-        return self.exact_rows and not self.training
-
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))  # distinct blocks, not [b] * n
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.head_tokens or cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.hidden_size, cfg.head_tokens or cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.weight             # one shared matrix
         if cfg.head_tokens:  # vocabulary ids of the head's rows
             self.register_buffer("head_ids", torch.arange(cfg.head_tokens))
-        # RoPE frequencies stay float32 whatever the weights' dtype: a plain attribute, not a buffer.
-        self._inv_freq = (1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64, device="cpu")
-                                                   / cfg.head_dim)).float()
+        # RoPE angles stay float32 whatever the weights' dtype: a plain attribute, not a buffer.
+        self._inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64, device="cpu")
+                                                  / cfg.head_dim)
+        self._rope = (torch.zeros(0, cfg.head_dim // 2, device="cpu"),) * 2         # cos, sin [positions, d/2]
 
     @property
     def device(self) -> torch.device:
@@ -255,13 +159,16 @@ class Llama(nn.Module):
         return KVCache(c.num_layers, batch, c.num_kv_heads, capacity, c.head_dim, self.dtype, self.device)
 
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._inv_freq.device != positions.device:
-            self._inv_freq = self._inv_freq.to(positions.device)
-        angles = positions[..., None].float() * self._inv_freq  # [batch, n, d/2]
-        cos, sin = angles.cos(), angles.sin()
-        # sin carries rotate_half's sign: the first half multiplies -x2, the second x1
-        return (torch.cat((cos, cos), -1)[:, None].to(self.dtype),          # [batch, 1, n, d]
-                torch.cat((-sin, sin), -1)[:, None].to(self.dtype))
+        """positions [batch, n] -> cos, sin [batch, n, d/2] fp32: the rotary angles' cosines and sines.
+
+        Each position's values come from one table computed in float64 (once, grown by doubling), so a position's
+        values never depend on which other positions share the call."""
+        need = int(positions.max()) + 1 if positions.numel() else 0
+        if need > self._rope[0].shape[0]:
+            size = max(need, 2 * self._rope[0].shape[0], 256)
+            angles = torch.arange(size, dtype=torch.float64, device="cpu")[:, None] * self._inv_freq  # [pos, d/2]
+            self._rope = angles.cos().float().to(self.device), angles.sin().float().to(self.device)
+        return tuple(t[positions.to(t.device)] for t in self._rope)
 
     def forward(self, tokens: torch.Tensor | None, positions: torch.Tensor, cache: KVCache | None,
                 mask: torch.Tensor | None = None, embeds: torch.Tensor | None = None) -> torch.Tensor:
@@ -270,29 +177,20 @@ class Llama(nn.Module):
         tokens, positions: [batch, n] (positions are RoPE positions; for trees they are depths, not slots).
         mask: [batch, n, cache.length + n] bool, True where a new token may attend; None means causal.
         Returns the final-normed hidden states [batch, n, D]; `logits` turns them into [batch, n, vocab].
+        embeds [batch, n, D], instead of tokens: input vectors fed in place of token embeddings (an EAGLE head).
 
         cache=None (training): the n tokens are the whole sequence, attended causally, and nothing is stored.
-        A causal block of up to ROWWISE_MAX_TOKENS tokens (a verified chain) is attended one row at a time, so
-        each row's attention is exactly that of decoding the token alone. With row-invariant matrix products
-        (CPU bf16, prepacked) speculative and plain decoding then produce bitwise-equal logits; elsewhere they
-        differ only by the matrix products' rounding (~1e-5 relative in fp32). An explicit mask (a token tree) is
-        attended row by row too, each row over its own path (RowPaths), in blocks of up to ROWWISE_MAX_TOKENS rows.
-        embeds [batch, n, D], instead of tokens: input vectors fed in place of token embeddings (an EAGLE head).
+        With a cache, every row (a decoded token, a chain, a token tree) attends over exactly the keys it would
+        see decoded alone, in the same order (`ops.Rows`), and every reduction is row-invariant (`ops`): each
+        row's hidden state is bit for bit that of decoding its token alone, on the kernels' machines.
         """
         b, t = positions.shape
-        if self._rowwise and mask is not None and cache is not None and b == 1 and t > ROWWISE_MAX_TOKENS:
-            full = mask.view(t, cache.length + t)
-            if not full[:, cache.length:].triu(1).any():
-                # no row attends to a later one (a tree, breadth-first): run blocks of rows one after the
-                # other, each block reading the keys the earlier ones cached, so every block stays row-invariant
-                base, out = cache.length, []
-                for s in range(0, t, ROWWISE_MAX_TOKENS):
-                    e = min(t, s + ROWWISE_MAX_TOKENS)
-                    out.append(self.forward(None if tokens is None else tokens[:, s:e], positions[:, s:e], cache,
-                                            full[s:e, :base + e], None if embeds is None else embeds[:, s:e]))
-                return torch.cat(out, 1)
         x = self.embed(tokens) if embeds is None else embeds                  # [batch, n, D]
-        hidden = self._run(x, positions, cache, self._attention_rule(b, t, cache, mask))
+        rows = None
+        if cache is not None:
+            masks = [None] * b if mask is None else list(mask.reshape(-1, t, cache.length + t).expand(b, -1, -1))
+            rows = ops.Rows.plan([(cache, i, t, m) for i, m in enumerate(masks)])
+        hidden = self._run(x, positions, rows)
         if cache is not None:
             cache.advance(t)
         return hidden
@@ -301,50 +199,30 @@ class Llama(nn.Module):
         """One pass over several sequences' new tokens: segments [(tokens [1, n_i], positions [1, n_i], cache_i,
         mask_i or None)], as `forward` takes them. Returns each sequence's hidden states [1, n_i, D].
 
-        Every row's result is the one `forward` gives for its sequence alone, bit for bit where matrix products
-        are row-invariant (CPU bf16): a sequence's output never depends on which others share its batch.
-        A segment of more than ROWWISE_MAX_TOKENS tokens runs alone, as `forward` would run it.
+        Every row's result is the one `forward` gives for its sequence alone, bit for bit where the reductions
+        are row-invariant (`ops.invariant`): a sequence's output never depends on which others share its batch.
         """
-        big = [i for i, (tok, *_) in enumerate(segments) if tok.shape[1] > ROWWISE_MAX_TOKENS]  # these run alone
-        rest = [i for i in range(len(segments)) if i not in big]
-        out = {i: self.forward(*segments[i]) for i in big}
-        if len(rest) == 1:
-            out[rest[0]] = self.forward(*segments[rest[0]])
-        elif rest:
-            group = [segments[i] for i in rest]
-            sizes = [tok.shape[1] for tok, *_ in group]
-            packed = Packed(sizes, [c for _, _, c, _ in group],
-                            [self._attention_rule(1, n, c, m) for n, (_, _, c, m) in zip(sizes, group)])
-            tokens = torch.cat([tok for tok, *_ in group], 1)                          # [1, sum n_i]
-            positions = torch.cat([pos for _, pos, *_ in group], 1)                    # [1, sum n_i]
-            hidden = self._run(self.embed(tokens), positions, packed, None).split(sizes, 1)
-            for i, h, c, n in zip(rest, hidden, packed.caches, sizes):
-                c.advance(n)
-                out[i] = h
-        return [out[i] for i in range(len(segments))]
+        sizes = [tok.shape[1] for tok, *_ in segments]
+        rows = ops.Rows.plan([(c, 0, n, m) for n, (_, _, c, m) in zip(sizes, segments)])
+        tokens = torch.cat([tok for tok, *_ in segments], 1)                          # [1, sum n_i]
+        positions = torch.cat([pos for _, pos, *_ in segments], 1)                    # [1, sum n_i]
+        hidden = self._run(self.embed(tokens), positions, rows).split(sizes, 1)
+        for (_, _, c, _), n in zip(segments, sizes):
+            c.advance(n)
+        return list(hidden)
 
-    def _attention_rule(self, b: int, t: int, cache: KVCache | None, mask: torch.Tensor | None):
-        """How t new tokens attend: None (one token, or training), ROWWISE (a causal chain, row by row),
-        RowPaths (a tree of one sequence, row by row over each path) or a [batch or 1, 1, n, S] bool mask."""
-        if cache is None:
-            return None
-        exact = self._rowwise
-        if mask is None:
-            if t == 1:
-                return None
-            if exact and t <= ROWWISE_MAX_TOKENS:
-                return ROWWISE
-            rows = torch.arange(t, device=cache.k.device)[:, None] + cache.length  # token i sees slots <= its own
-            mask = torch.arange(cache.length + t, device=cache.k.device)[None, :] <= rows          # [n, S]
-        elif exact and b == 1 and t <= ROWWISE_MAX_TOKENS:
-            return RowPaths.from_mask(mask.view(t, cache.length + t))
-        return mask.view(-1, 1, t, cache.length + t)
+    def _run(self, x, positions, rows) -> torch.Tensor:
+        """x: [batch, n, D] input embeddings -> [batch, n, D] final-normed hidden states.
 
-    def _run(self, x, positions, cache, mask) -> torch.Tensor:
-        """x: [batch, n, D] input embeddings -> [batch, n, D] final-normed hidden states."""
-        cos, sin = self.rope(positions)
+        On the row-invariant kernels activations stay fp32 between the (bf16 or fp32) weights and KV cache."""
+        if rows is not None:
+            rows.kernels = self.cfg.head_dim % 8 == 0 and self.cfg.hidden_size % 8 == 0 \
+                and self.cfg.intermediate_size % 8 == 0
+        if ops.invariant(x):
+            x = x.float()
+        rope = self.rope(positions)
         for i, block in enumerate(self.layers):
-            x = block(x, cos, sin, cache, i, mask)
+            x = block(x, rope, rows, i)
         return self.norm(x)
 
     def logits(self, hidden: torch.Tensor, full: bool = True) -> torch.Tensor:
@@ -353,12 +231,7 @@ class Llama(nn.Module):
         With a reduced head, tokens outside it get -inf (probability 0); full=False returns the head's own
         [..., head_tokens] logits instead (for training).
         """
-        if full:  # decoding (a big tree, a batch): blocks of rows keep every row's result row-invariant
-            rows = hidden.reshape(1, -1, hidden.shape[-1])                         # [1, rows, D]
-            out = by_rows(self.lm_head, rows).view(*hidden.shape[:-1], -1)
-        else:
-            out = self.lm_head(hidden)
-        out = out.float()
+        out = self.lm_head(hidden, fp32=True)
         if not self.cfg.head_tokens or not full:
             return out
         wide = out.new_full((*out.shape[:-1], self.cfg.vocab_size), float("-inf"))

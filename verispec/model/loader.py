@@ -13,7 +13,6 @@ from pathlib import Path
 import torch
 
 from ..errors import VerispecError
-from .cpu import pack_linears
 from .llama import Llama, LlamaConfig
 from .tokenizer import Tokenizer
 
@@ -124,11 +123,10 @@ def read_config(folder: Path) -> tuple[LlamaConfig, dict]:
 
 
 def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
-         device: str | torch.device = "cpu", pack: bool = True, need_tokenizer: bool = True,
+         device: str | torch.device = "cpu", need_tokenizer: bool = True,
          target_embedding: torch.Tensor | None = None) -> tuple[Llama, Tokenizer | None, Path]:
     """Load a model and its tokenizer. spec: None (default model), a model folder or a .gguf file.
 
-    pack: prepack matrices for fast CPU inference (the model is then inference-only).
     need_tokenizer: False lets a draft folder without a tokenizer load (its vocabulary size is still checked).
     target_embedding: for a draft that borrows its target's input embedding ([vocab, D] of the target).
     """
@@ -154,8 +152,6 @@ def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
     except Exception as e:
         raise VerispecError(f"cannot load weights from {folder}: {type(e).__name__}: {e}") from None
     model = model.to(device=device, dtype=DTYPES[dtype]).eval().requires_grad_(False)
-    if pack:
-        pack_linears(model)
     eos = hf_cfg.get("eos_token_id", [])
     has_tokenizer = (folder / "tokenizer.json").exists()
     if not has_tokenizer and need_tokenizer:

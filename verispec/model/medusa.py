@@ -20,12 +20,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import VerispecError
+from .ops import Linear, product
 
 
 class MedusaHeads(nn.Module):
     def __init__(self, num_heads: int, hidden: int, head_ids: torch.Tensor):
         super().__init__()
-        self.blocks = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(num_heads))   # distinct blocks
+        self.blocks = nn.ModuleList(Linear(hidden, hidden) for _ in range(num_heads))   # distinct blocks
         for b in self.blocks:
             nn.init.zeros_(b.weight)
             nn.init.zeros_(b.bias)
@@ -39,12 +40,13 @@ class MedusaHeads(nn.Module):
     def attach(self, target_embedding: torch.Tensor) -> "MedusaHeads":
         """Borrow the target's output embedding rows for the head tokens (not a parameter: never trained)."""
         self.out = target_embedding.detach()[self.head_ids.to(target_embedding.device)]
+        self._out_product = product(self.out)
         return self
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., D] final-normed target hidden states -> [..., K, H] logits over the head tokens."""
         feats = torch.stack([hidden + F.silu(b(hidden)) for b in self.blocks], -2)   # [..., K, D]
-        return (feats @ self.out.to(feats.dtype).T).float()                          # [..., K, H]
+        return self._out_product(feats.to(self.out.dtype))                            # [..., K, H] fp32
 
     def save(self, folder: Path, card: str, trees: dict) -> None:
         from safetensors.torch import save_file

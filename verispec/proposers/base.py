@@ -4,18 +4,18 @@ A proposer returns its draft tokens and, where it has them, the probabilities q 
 needs nothing else. Proposers keep whatever state they like (a draft model keeps a KV cache) but must accept any
 context: after a cycle the sequence may have diverged from what they drafted, and they resynchronise themselves.
 
-A proposer that drafts from the target's own features (Medusa) also defines `observe(hidden)`: after the prefill
-and after every verification the engine passes it the target's final hidden states [m, D] of the positions it
-kept; the last row is the state the newest token was drawn from. Tree proposers expose their `tree`.
+A proposer that drafts from the target's own features (Medusa, EAGLE) sets `reads_features` and defines
+`observe(hidden)`: after the prefill and after every verification the engine passes it the target's final hidden
+states [m, D] of the positions it kept; the last row is the state the newest token was drawn from. Tree
+proposers set `makes_trees`, and a static tree's proposer its `tree`.
 
-A batch gives every sequence its own proposer: `fork(proposer)` shares the weights and starts the per-sequence
-state afresh (a proposer with such state defines `fork`; a stateless one is simply copied).
+A batch gives every sequence its own proposer: `fork()` shares the weights and starts the per-sequence state
+afresh (the default copies the proposer; one with per-sequence state overrides it).
 """
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -36,23 +36,38 @@ class Proposal:
     tree: TokenTree | None = None     # the tree the tokens fill, breadth-first (verispec.tree)
 
 
-@runtime_checkable
-class Proposer(Protocol):
-    name: str
+class Proposer:
+    """The one protocol every proposer implements: subclass it and override what applies. The engine, the
+    serving batch, auto k, bench and profile read these attributes and call these methods, and nothing else."""
+    name: str = "proposer"
+    tree: TokenTree | None = None       # a static tree every proposal fills (None: chains and dynamic trees)
+    makes_trees: bool = False           # proposals are token trees, static or dynamic (tree verification,
+                                        # typical acceptance, the tree cost model)
+    max_nodes: int = 0                  # the most draft nodes one proposal holds (a static tree's size, a dynamic
+                                        # tree's bound, plus a grafted n-gram path); chains: 0 (k bounds them)
+    reads_features: bool = False        # `observe` wants the target's hidden states (Medusa, EAGLE)
+    expected_accepted: float | None = None   # E[accepted tokens per cycle] at T = 0 (a static tree whose
+                                             # acceptance was measured), for auto k's verify-or-plain gate
+    draft_together = None               # callable(jobs) drafting many sequences in packed passes (serve.batch)
 
     def prepare(self, capacity: int) -> None:
         """Called before each generation: sequences will hold at most `capacity` tokens."""
 
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
-        """Guess up to k tokens following `context` (prompt + everything emitted so far)."""
+        """Guess up to k tokens (a chain of at most k, or a tree at most k deep) following `context`."""
+        raise NotImplementedError
+
+    def observe(self, hidden: torch.Tensor) -> None:
+        """hidden: [m, D] the target's final hidden states at the positions kept this cycle (reads_features)."""
+
+    def fork(self) -> "Proposer":
+        """A proposer for one more concurrent sequence: the same weights, its own per-sequence state."""
+        return copy.copy(self)
 
 
 def fork(proposer: Proposer | None) -> Proposer | None:
-    """A proposer for one more concurrent sequence: the same weights, its own per-sequence state."""
-    if proposer is None:
-        return None
-    return proposer.fork() if hasattr(proposer, "fork") else copy.copy(proposer)
+    return None if proposer is None else proposer.fork()
 
 
 def widen(q: torch.Tensor, head_ids: torch.Tensor | None, vocab: int) -> torch.Tensor:

@@ -10,12 +10,12 @@ import copy
 
 import torch
 
-from ..model.llama import Llama, by_rows
+from ..model.llama import Llama
 from ..sampling import SamplingConfig, probs, sample
-from .base import Proposal, widen
+from .base import Proposal, Proposer, widen
 
 
-class DraftModelProposer:
+class DraftModelProposer(Proposer):
     name = "draft"
 
     def __init__(self, model: Llama):
@@ -75,7 +75,7 @@ def propose_together(jobs: list[tuple[DraftModelProposer, list[int], int, Sampli
                              cache, None))
         hidden = model.forward_packed(segments)                                   # per sequence [1, n, D]
         last = torch.stack([h[0, -1] for h in hidden])[None]                      # [1, active, D]
-        logits = by_rows(lambda rows: model.logits(rows, full=False), last)[0]    # [active, head], row-invariant
+        logits = model.logits(last, full=False)[0]                                # [active, head], row-invariant
         for i, row_logits in zip(active, logits):
             prop, _, _, sampling, generator = jobs[i]
             prop.seen.extend(feeds[i])

@@ -21,6 +21,7 @@ DEFAULT_WIDTHS = (2, 2, 1, 1, 1)
 
 class DraftTreeProposer(DraftModelProposer):
     name = "draft-tree"
+    makes_trees = True
     draft_together = None                   # each tree is drafted on its own
 
     def __init__(self, model, tree: TokenTree | None = None, graft: int = 0):

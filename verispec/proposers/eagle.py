@@ -28,12 +28,13 @@ import torch
 from ..model.eagle import EagleHead
 from ..sampling import SamplingConfig, probs, sample
 from ..tree import TokenTree, build_tree
-from .base import Proposal, widen
+from .base import Proposal, Proposer, widen
 from .ngram import with_lookup_path
 
 
-class EagleProposer:
+class EagleProposer(Proposer):
     name = "eagle"
+    reads_features = True
 
     def __init__(self, head: EagleHead, mode: str = "chain", tree: TokenTree | None = None, nodes: int = 8,
                  depth: int = 5, expand: int = 4, graft: int = 0):
@@ -43,6 +44,7 @@ class EagleProposer:
             raise ValueError("a static EAGLE tree needs its tree")
         self.head, self.mode = head, mode
         self.tree = tree if mode == "static" else None       # the engine's static tree (None: chain or dynamic)
+        self.makes_trees = mode != "chain"
         if graft and mode == "chain":
             raise ValueError("an n-gram path is grafted onto EAGLE trees, not chains")
         self.nodes, self.depth, self.expand, self.graft = nodes, depth, expand, graft

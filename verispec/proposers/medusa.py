@@ -17,7 +17,7 @@ import torch
 from ..model.medusa import MedusaHeads
 from ..sampling import SamplingConfig
 from ..tree import TokenTree, expected_accepted, tree_from_acceptance
-from .base import Proposal
+from .base import Proposal, Proposer
 from .ngram import with_lookup_path
 
 TREE_SIZES = (4, 8, 16, 32, 64)
@@ -33,8 +33,9 @@ def auto_tree(acceptance: list[list[float]], tree_cost, c_heads: float = 0.0,
     return trees[best][0], predicted
 
 
-class MedusaProposer:
+class MedusaProposer(Proposer):
     name = "medusa"
+    makes_trees = reads_features = True
 
     def __init__(self, heads: MedusaHeads, tree: TokenTree, acceptance: list[list[float]] | None = None,
                  graft: int = 0):

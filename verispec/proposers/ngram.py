@@ -11,10 +11,10 @@ import torch
 from ..errors import VerispecError
 from ..sampling import SamplingConfig
 from ..tree import build_tree
-from .base import Proposal
+from .base import Proposal, Proposer
 
 
-class NgramProposer:
+class NgramProposer(Proposer):
     name = "ngram"
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):

@@ -63,7 +63,7 @@ def cmd_train_draft(args) -> int:
         raise VerispecError("need --steps >= 1, --hidden divisible by --heads, --heads by --kv-heads")
     examples = load_examples(args.data, args.max_tokens)
     train, held = split_held_out(examples, args.eval_examples, args.data)
-    target, tok, target_dir = loader.load(args.model, "fp32", "cpu", pack=False)
+    target, tok, target_dir = loader.load(args.model, "fp32", "cpu")
     shape = shape.resolved(target.cfg)
     work = Path(str(args.out) + ".work")
     ckpt_path = work / "checkpoint.pt"

@@ -1,0 +1,138 @@
+"""Row invariance, by property over random shapes: every row of a pass (a chain, a token tree, a packed ragged
+batch, 1 to 64 rows, any cache length) equals the slow reference that computes each row alone
+(`ops.one_row_at_a_time`), bit for bit, in bf16 and fp32; and plain decoding equals a verified chain or tree.
+
+A machine where the kernels cannot run fails here with the reason (never a silent skip): `verispec doctor`.
+"""
+import pytest
+import torch
+
+from verispec import kernels
+from verispec.model import ops
+from verispec.model.llama import Llama, LlamaConfig
+
+CFG = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_layers=2, num_heads=4,
+                  num_kv_heads=2, max_position=1024)
+
+
+def test_the_kernels_run_on_this_machine():
+    assert kernels.status() is None, f"row-invariant kernels unavailable: {kernels.status()}"
+
+
+@pytest.fixture(scope="module", params=["fp32", "bf16"])
+def tiny(request):
+    torch.manual_seed(0)
+    model = Llama(CFG)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.08)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[request.param]
+    return model.to(dtype).eval().requires_grad_(False)
+
+
+def random_tree(n: int, g: torch.Generator) -> torch.Tensor:
+    """[n, n] ancestry (node i sees its ancestors and itself; parents precede children)."""
+    anc = torch.eye(n, dtype=torch.bool)
+    for i in range(1, n):
+        anc[i] |= anc[int(torch.randint(0, i, (1,), generator=g))]
+    return anc
+
+
+def pass_and_reference(model, ctx: int, n: int, mask_tail, g):
+    """The pass's hidden states [n, D], and the same rows computed one at a time by the reference."""
+    prompt = torch.randint(0, CFG.vocab_size, (1, ctx), generator=g)
+    tokens = torch.randint(0, CFG.vocab_size, (1, n), generator=g)
+    positions = torch.arange(ctx, ctx + n)[None]
+    mask = None
+    if mask_tail is not None:
+        mask = torch.cat([torch.ones(n, ctx, dtype=torch.bool), mask_tail], 1)[None]
+        positions = ctx + mask_tail.sum(1)[None] - 1                              # depths
+    out = []
+    for reference in (False, True):
+        cache = model.new_cache(ctx + n + 1)
+        model(prompt, torch.arange(ctx)[None], cache)
+        if reference:
+            with ops.one_row_at_a_time():
+                out.append(model(tokens, positions, cache, mask)[0])
+        else:
+            out.append(model(tokens, positions, cache, mask)[0])
+    return out
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("seed", range(6))
+def test_chains_and_trees_equal_the_row_by_row_reference(tiny, seed):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(4):
+        ctx = int(torch.randint(1, 300, (1,), generator=g))
+        n = int(torch.randint(1, 65, (1,), generator=g))
+        tail = random_tree(n, g) if torch.rand(1, generator=g) < 0.5 else None
+        fast, ref = pass_and_reference(tiny, ctx, n, tail, g)
+        assert torch.equal(fast, ref), (ctx, n, tail is not None, (fast - ref).abs().max())
+
+
+@torch.inference_mode()
+def test_plain_decoding_equals_one_verified_chain_and_tree(tiny):
+    g = torch.Generator().manual_seed(7)
+    prompt = torch.randint(0, CFG.vocab_size, (1, 150), generator=g)
+    tokens = torch.randint(0, CFG.vocab_size, (1, 40), generator=g)
+    caches = [tiny.new_cache(240) for _ in range(3)]
+    for c in caches:
+        tiny(prompt, torch.arange(150)[None], c)
+    chain = tiny.logits(tiny(tokens, torch.arange(150, 190)[None], caches[0]))[0]
+    # the same 40 tokens as one root-to-leaf path of a tree, with a decoy sibling at every level
+    mask = torch.zeros(80, 80, dtype=torch.bool)
+    for i in range(40):
+        mask[2 * i, [2 * j for j in range(i + 1)]] = True                       # path node i: path 0..i
+        mask[2 * i + 1, [2 * j for j in range(i)] + [2 * i + 1]] = True          # decoy at depth i
+    tree_tokens = torch.stack([tokens[0], (tokens[0] + 1) % CFG.vocab_size], 1).reshape(1, 80)
+    depths = (150 + torch.arange(40).repeat_interleave(2))[None]
+    full = torch.cat([torch.ones(80, 150, dtype=torch.bool), mask], 1)[None]
+    tree = tiny.logits(tiny(tree_tokens, depths, caches[1], full))[0, ::2]
+    for i in range(40):
+        plain = tiny.logits(tiny(tokens[:, i:i + 1], torch.tensor([[150 + i]]), caches[2]))[0, 0]
+        assert torch.equal(plain, chain[i]) and torch.equal(plain, tree[i]), i
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("seed", range(4))
+def test_packed_ragged_batches_equal_each_sequence_alone(tiny, seed):
+    g = torch.Generator().manual_seed(100 + seed)
+    segs = []
+    for _ in range(int(torch.randint(2, 6, (1,), generator=g))):
+        ctx = int(torch.randint(1, 200, (1,), generator=g))
+        n = int(torch.randint(1, 20, (1,), generator=g))
+        tail = random_tree(n, g) if torch.rand(1, generator=g) < 0.5 else None
+        segs.append((torch.randint(0, CFG.vocab_size, (1, ctx), generator=g),
+                     torch.randint(0, CFG.vocab_size, (1, n), generator=g), tail))
+
+    def prepared():
+        out = []
+        for prompt, tokens, tail in segs:
+            ctx, n = prompt.shape[1], tokens.shape[1]
+            cache = tiny.new_cache(ctx + n + 1)
+            tiny(prompt, torch.arange(ctx)[None], cache)
+            mask = None if tail is None else torch.cat([torch.ones(n, ctx, dtype=torch.bool), tail], 1)[None]
+            pos = torch.arange(ctx, ctx + n)[None] if tail is None else ctx + tail.sum(1)[None] - 1
+            out.append((tokens, pos, cache, mask))
+        return out
+
+    together = tiny.forward_packed(prepared())
+    alone = [tiny(*s) for s in prepared()]
+    for a, b in zip(together, alone):
+        assert torch.equal(a, b)
+
+
+@torch.inference_mode()
+def test_real_model_rows_equal_the_reference(target_bf16):
+    model = target_bf16.model
+    g = torch.Generator().manual_seed(3)
+    ctx, n = 97, 33
+    prompt = torch.randint(0, 1000, (1, ctx), generator=g)
+    tokens = torch.randint(0, 1000, (1, n), generator=g)
+    outs = []
+    for reference in (False, True):
+        cache = model.new_cache(ctx + n)
+        model(prompt, torch.arange(ctx)[None], cache)
+        with ops.one_row_at_a_time() if reference else torch.inference_mode():
+            outs.append(model.logits(model(tokens, torch.arange(ctx, ctx + n)[None], cache)))
+    assert torch.equal(outs[0], outs[1])

@@ -1,0 +1,105 @@
+"""`verispec doctor`: what this machine guarantees, and the bitwise checks that show it on the loaded model.
+
+The guarantee: every row of a pass (a verified chain, a token tree, a packed batch of sequences) gets, bit for
+bit, the hidden state and logits it gets decoded alone, so greedy speculative output is plain decoding's output
+and a request's output does not depend on its batch. It holds where verispec's kernels run (`verispec.kernels`);
+the checks below test it on this machine, with this torch, on the model's own shapes. Exit 0: it holds; exit 1:
+it does not (the output is then exact in distribution only: lossless in exact arithmetic, not bitwise).
+"""
+from __future__ import annotations
+
+import platform
+import sys
+
+import torch
+
+from . import kernels
+
+
+def machine_lines() -> list[str]:
+    flags = kernels.cpu_flags()
+    shown = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
+             if f in flags]
+    model = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), "?")
+    return [f"machine: {platform.machine()}, {model}, {torch.get_num_threads()} threads",
+            f"cpu features: {' '.join(shown) or 'none of interest'}",
+            f"torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}, "
+            f"python {platform.python_version()}"]
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
+
+
+def checks(model, rows: int) -> list[tuple[str, bool]]:
+    """(what, held) for each bitwise check on `model`."""
+    from .model import ops
+    g = torch.Generator().manual_seed(0)
+    vocab = model.cfg.vocab_size
+    out = []
+    with torch.inference_mode():
+        prompt = torch.randint(0, vocab, (1, 40), generator=g)
+        tokens = torch.randint(0, vocab, (1, rows), generator=g)
+
+        def fresh(extra=0):
+            cache = model.new_cache(40 + rows + extra + 1)
+            model(prompt, torch.arange(40)[None], cache)
+            return cache
+
+        c = fresh()
+        chain = model.logits(model(tokens, torch.arange(40, 40 + rows)[None], c))[0]
+        c = fresh()
+        plain = torch.cat([model.logits(model(tokens[:, i:i + 1], torch.tensor([[40 + i]]), c))[0]
+                           for i in range(rows)])
+        out.append((f"a chain of {rows} rows equals plain decoding, row by row", torch.equal(chain, plain)))
+        c = fresh()
+        with ops.one_row_at_a_time():
+            ref = model.logits(model(tokens, torch.arange(40, 40 + rows)[None], c))[0]
+        out.append((f"every reduction of a {rows}-row pass equals its row computed alone", torch.equal(chain, ref)))
+        # a tree: the chain's tokens as one path, with a decoy sibling beside every node
+        n = min(rows, 32)
+        mask = torch.zeros(2 * n, 2 * n, dtype=torch.bool)
+        for i in range(n):
+            mask[2 * i, 0:2 * i + 1:2] = True
+            mask[2 * i + 1, 0:2 * i:2] = True
+            mask[2 * i + 1, 2 * i + 1] = True
+        tree_tokens = torch.stack([tokens[0, :n], (tokens[0, :n] + 1) % vocab], 1).reshape(1, 2 * n)
+        full = torch.cat([torch.ones(2 * n, 40, dtype=torch.bool), mask], 1)[None]
+        c = fresh(n)
+        tree = model.logits(model(tree_tokens, (40 + torch.arange(n).repeat_interleave(2))[None], c, full))[0]
+        out.append((f"a {2 * n}-node tree's path equals plain decoding", torch.equal(tree[::2], plain[:n])))
+        caches = [fresh(), fresh()]
+        packed = model.forward_packed([(tokens[:, :5], torch.arange(40, 45)[None], caches[0], None),
+                                       (tokens[:, :1], torch.tensor([[40]]), caches[1], None)])
+        out.append(("a packed batch of two sequences equals each alone",
+                    torch.equal(model.logits(packed[0])[0], plain[:5])
+                    and torch.equal(model.logits(packed[1])[0], plain[:1])))
+    return out
+
+
+def cmd_doctor(args) -> int:
+    from .api import Target
+    for line in machine_lines():
+        print(line)
+    why = kernels.status()
+    print(f"kernels: {'row-invariant AVX2/FMA kernels, built in ' + str(kernels.build_dir()) if why is None else why}")
+    target = Target.load(args.model, args.dtype, args.device)
+    device = target.model.device
+    print(f"model: {target.folder} ({args.dtype}, {device})")
+    if args.rows < 1:
+        print("verispec: error: --rows must be >= 1", file=sys.stderr)
+        return 2
+    results = checks(target.model, args.rows)
+    for what, held in results:
+        print(f"  {'ok  ' if held else 'FAIL'} {what}")
+    if all(held for _, held in results):
+        print("guarantee: bitwise. Greedy speculative output equals plain decoding's, and a request's output does "
+              "not depend on its batch, on this machine, torch and dtype.")
+        return 0
+    print("guarantee: exact in distribution only (lossless in exact arithmetic; rows are not bitwise invariant "
+          "here, so greedy output can differ from plain decoding's at near-ties).")
+    return 1

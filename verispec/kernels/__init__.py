@@ -1,0 +1,81 @@
+"""verispec's row-invariant CPU kernels (cpu.cpp), built once per machine and torch version.
+
+`load()` returns the compiled module, or None where it cannot be had (no AVX2/FMA, no compiler, not a CPU
+tensor): callers then use PyTorch's own operators, and `verispec doctor` reports that rows are not guaranteed to
+be invariant. Set VERISPEC_KERNELS=0 to force PyTorch's operators.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("cpu.cpp")
+FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fno-fast-math", "-fopenmp"]
+_state: dict = {}
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def unavailable_reason() -> str | None:
+    """Why the kernels cannot run on this machine, or None."""
+    if os.environ.get("VERISPEC_KERNELS", "1") == "0":
+        return "disabled by VERISPEC_KERNELS=0"
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return f"no kernels for {platform.machine()} (x86-64 with AVX2 and FMA only)"
+    missing = {"avx2", "fma", "f16c"} - cpu_flags()
+    if missing:
+        return f"this CPU lacks {', '.join(sorted(missing))}"
+    return None
+
+
+def build_dir() -> Path:
+    """One build per source, flags, torch and Python version (never shared across those)."""
+    key = hashlib.sha1(SOURCE.read_bytes() + " ".join(FLAGS).encode() + torch.__version__.encode()
+                       + sys.version.encode()).hexdigest()[:12]
+    from ..model.loader import home
+    return home() / "kernels" / key
+
+
+def load():
+    """The compiled kernels module, or None (see `status()` for why)."""
+    if "module" in _state:
+        return _state["module"]
+    module, why = None, unavailable_reason()
+    if why is None:
+        try:
+            module = _build()
+        except Exception as e:  # a compiler or header missing: report it, fall back to PyTorch
+            why = f"could not build the kernels ({type(e).__name__}: {str(e).strip().splitlines()[-1][:200]})"
+            print(f"verispec: {why}; rows are not guaranteed invariant (see `verispec doctor`)", file=sys.stderr)
+    _state.update(module=module, why=why)
+    return module
+
+
+def status() -> str | None:
+    """None when the kernels are loaded, else the reason they are not."""
+    load()
+    return _state["why"]
+
+
+def _build():
+    from torch.utils.cpp_extension import load as cpp_load
+    folder = build_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    name = "verispec_cpu_" + folder.name
+    if not (folder / f"{name}.so").exists():
+        print("verispec: building the CPU kernels (once per machine, about a minute) ...", file=sys.stderr)
+    return cpp_load(name=name, sources=[str(SOURCE)], extra_cflags=FLAGS, extra_ldflags=["-fopenmp"],
+                    build_directory=str(folder), verbose=False)

@@ -1,0 +1,249 @@
+"""The model's reductions, each row-invariant: a row's result depends on that row alone, bit for bit.
+
+Every floating-point reduction in a decoding pass goes through here: matrix products (`Linear`, `product`),
+RMSNorm, SiLU-and-multiply and attention (`attend`). On x86-64 CPUs with AVX2 they run verispec's own kernels
+(`verispec.kernels`), which fix each output's order of operations whatever the number of rows, so plain decoding
+and the verification of chains, trees and packed batches agree by construction. Elsewhere (CUDA, training with
+gradients, a machine without the kernels) they fall back to PyTorch's operators, which promise no such thing:
+`invariant(t)` says which applies, and `verispec doctor` reports it.
+
+`one_row_at_a_time()` is the slow reference: every reduction runs over one row at a time, exactly as decoding each
+row alone would, and tests compare the fast path with it bit for bit.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import kernels
+
+CHUNK = 64              # attention's split-KV chunk, in logical key positions (part of the numerics)
+_reference = [False]
+
+
+@contextlib.contextmanager
+def one_row_at_a_time():
+    """Run every reduction one row at a time (the slow reference the fast path must equal bit for bit)."""
+    _reference[0] = True
+    try:
+        yield
+    finally:
+        _reference[0] = False
+
+
+def invariant(t: torch.Tensor) -> bool:
+    """Whether `t`'s reductions run on the row-invariant kernels (CPU, kernels built, no gradient needed)."""
+    return (t.device.type == "cpu" and not (torch.is_grad_enabled() and t.requires_grad)
+            and kernels.load() is not None)
+
+
+def _rows(fn, x: torch.Tensor) -> torch.Tensor:
+    """fn over x [M, ...], or row by row under one_row_at_a_time()."""
+    if _reference[0] and x.shape[0] > 1:
+        return torch.cat([fn(x[i:i + 1]) for i in range(x.shape[0])])
+    return fn(x)
+
+
+def _panels(weight: torch.Tensor) -> torch.Tensor:
+    """[N, K] -> [ceil(N / 16), K, 16]: 16 outputs' weights side by side for each k (the kernel's layout)."""
+    n, k = weight.shape
+    pad = -n % 16
+    w = F.pad(weight.detach(), (0, 0, 0, pad)) if pad else weight.detach()
+    return w.view(-1, 16, k).transpose(1, 2).contiguous()
+
+
+class _Packed:
+    """A weight's panels and fp32 bias, rebuilt whenever the weight changes (training, loading, dtype)."""
+
+    def __init__(self):
+        self.key, self.panels, self.bias = None, None, None
+
+    def get(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        key = (weight.data_ptr(), weight._version, weight.dtype, None if bias is None else bias._version)
+        if key != self.key:
+            self.panels = _panels(weight)
+            self.bias = None if bias is None else bias.detach().float().contiguous()
+            self.key = key
+        return self.panels, self.bias
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, packed: _Packed,
+            fp32: bool) -> torch.Tensor:
+    """x [..., K] -> x @ weight.T + bias [..., N], in fp32 if `fp32` else in x's dtype."""
+    if not (invariant(x) and invariant(weight)):
+        b = None if bias is None else bias.to(x.dtype)
+        rows = x.reshape(-1, x.shape[-1])
+        y = _rows(lambda r: F.linear(r, weight.to(x.dtype), b), rows).view(*x.shape[:-1], weight.shape[0])
+        return y.float() if fp32 else y
+    panels, b = packed.get(weight, bias)
+    k = kernels.load()
+    rows = x.reshape(-1, x.shape[-1]).float().contiguous()                            # [M, K]
+    y = _rows(lambda r: k.linear(r, panels, weight.shape[0], b), rows)                 # [M, N] fp32
+    y = y.view(*x.shape[:-1], weight.shape[0])
+    return y if fp32 else y.to(x.dtype)
+
+
+class Linear(nn.Linear):
+    """nn.Linear whose inference product is row-invariant (same parameters, same state-dict names)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._packed = _Packed()
+
+    def panels(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The kernel's weight layout and fp32 bias (rebuilt when the weight changes)."""
+        return self._packed.get(self.weight, self.bias)
+
+    def forward(self, x: torch.Tensor, fp32: bool = False) -> torch.Tensor:
+        return _linear(x, self.weight, self.bias, self._packed, fp32)
+
+
+def product(weight: torch.Tensor):
+    """x [..., in] -> x @ weight.T [..., out] in fp32, row-invariant, for a fixed weight [out, in]."""
+    packed = _Packed()
+    return lambda x: _linear(x, weight, None, packed, True)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self._w32 = _Packed()
+
+    def weight32(self) -> torch.Tensor:
+        key = (self.weight.data_ptr(), self.weight._version)
+        if self._w32.key != key:
+            self._w32.key, self._w32.bias = key, self.weight.detach().float().contiguous()
+        return self._w32.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (invariant(x) and invariant(self.weight)) or x.shape[-1] % 8:
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+        rows = x.reshape(-1, x.shape[-1]).contiguous()                                # [M, D]
+        y = _rows(lambda r: kernels.load().rms_norm(r, self.weight32(), self.eps), rows)
+        return y.view(x.shape).to(x.dtype)
+
+
+def silu_mul(gate_up: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[..., 2F] (gate, up) -> silu(gate) * up [..., F] in `dtype`."""
+    if not invariant(gate_up) or gate_up.dtype != torch.float32 or gate_up.shape[-1] % 16:
+        gate, up = gate_up.chunk(2, dim=-1)
+        return (F.silu(gate) * up).to(dtype)
+    rows = gate_up.reshape(-1, gate_up.shape[-1]).contiguous()
+    return kernels.load().silu_mul(rows).view(*gate_up.shape[:-1], -1).to(dtype)
+
+
+@dataclass
+class Rows:
+    """Which keys each new row of a pass attends to: row r, of segment seq[r], sees slots [0, ctx[r]) of its
+    segment's cache and then slots extra[r, :n_extra[r]], in that order: exactly the keys, in the order, that it
+    would see decoded alone (a chain row: the context and the rows before it; a tree row: the context and its
+    ancestors). A segment is one sequence: (cache, batch index); a pass may hold several (a packed batch)."""
+    seq: torch.Tensor          # [R] int64
+    slot: torch.Tensor         # [R] int64: the cache slot row r's own key and value go to
+    ctx: torch.Tensor          # [R] int64
+    extra: torch.Tensor        # [R, E] int64 slots (padding past n_extra)
+    n_extra: torch.Tensor      # [R] int64
+    segments: list             # [(cache, batch index, start, n rows)]
+    kernels: bool = True       # the model's shapes suit the kernels (head size, widths multiples of 8)
+
+    @property
+    def sizes(self) -> list[int]:
+        return [n for *_, n in self.segments]
+
+    @classmethod
+    def plan(cls, segments: list[tuple]) -> "Rows":
+        """segments: [(cache, batch index, n new rows, mask [n, start + n] bool or None (causal))]."""
+        seq, slot, ctx, extras, counts, segs = [], [], [], [], [], []
+        for s, (cache, b, n, mask) in enumerate(segments):
+            start = cache.length
+            segs.append((cache, b, start, n))
+            seq.append(torch.full((n,), s, dtype=torch.long))
+            slot.append(torch.arange(start, start + n))
+            if mask is None:                                    # a chain: row i sees slots [0, start + i]
+                ctx.append(torch.arange(start + 1, start + n + 1))
+                extras.append(torch.zeros(n, 0, dtype=torch.long))
+                counts.append(torch.zeros(n, dtype=torch.long))
+                continue
+            mask = mask.reshape(n, start + n).cpu()
+            shared = int(mask.all(0).long().cumprod(0).sum())   # leading slots every row sees
+            cols = mask[:, shared:]                              # [n, start + n - shared]
+            count = cols.sum(1)
+            order = torch.argsort((~cols).to(torch.int8), dim=1, stable=True)   # visible slots first, ascending
+            ctx.append(torch.full((n,), shared, dtype=torch.long))
+            extras.append(order[:, :int(count.max()) if n else 0] + shared)
+            counts.append(count)
+        width = max((e.shape[1] for e in extras), default=0)
+        extra = torch.cat([F.pad(e, (0, width - e.shape[1])) for e in extras]) if extras else torch.zeros(0, 0)
+        return cls(torch.cat(seq), torch.cat(slot), torch.cat(ctx), extra.long().contiguous(), torch.cat(counts), segs)
+
+
+def attend(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows: Rows, layer: int,
+           heads: int) -> torch.Tensor:
+    """One layer's attention on the kernels: qkv [R, (heads + 2 kv_heads) d] fp32 projections; cos, sin [R, d/2]
+    fp32 RoPE angles per row. Rotates q and k, writes each row's k and v into its cache slot, and attends each row
+    over its own keys (`Rows`) -> [R, heads * d] fp32."""
+    k = kernels.load()
+    kv = [(c.layers[layer][0][b], c.layers[layer][1][b]) for c, b, _, _ in rows.segments]   # [kv_heads, cap, d]
+    ks, vs = [a for a, _ in kv], [v for _, v in kv]
+    scale = kv[0][0].shape[-1] ** -0.5
+    call = (lambda i, j: k.attention_step(qkv[i:j], cos[i:j], sin[i:j], ks, vs, rows.seq[i:j], rows.slot[i:j],
+                                          rows.ctx[i:j], rows.extra[i:j], rows.n_extra[i:j], heads, scale, CHUNK))
+    if _reference[0] and qkv.shape[0] > 1:   # rows in order: each needs only its own and earlier rows' keys
+        return torch.cat([call(i, i + 1) for i in range(qkv.shape[0])])
+    return call(0, qkv.shape[0])
+
+
+def fused(x: torch.Tensor) -> bool:
+    """Whether a decoding layer may run as one kernel call (`layer`): the kernels, fp32 activations, and not the
+    row-by-row reference."""
+    return not _reference[0] and x.dtype == torch.float32 and invariant(x)
+
+
+def layer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
+    """block (a decoder layer: attn_norm, attn.wqkv, attn.wo, mlp_norm, mlp.w13, mlp.w2) over x [batch, n, D]
+    fp32 in one kernel call: the op-by-op path's very calls, so the same bits."""
+    a, m = block.attn, block.mlp
+    (wqkv, bqkv), (wo, _), (w13, _), (w2, _) = a.wqkv.panels(), a.wo.panels(), m.w13.panels(), m.w2.panels()
+    empty = torch.empty(0)
+    params = [block.attn_norm.weight32(), wqkv, empty if bqkv is None else bqkv, wo, block.mlp_norm.weight32(),
+              w13, w2]
+    widths = [a.wqkv.out_features, a.wo.out_features, m.w13.out_features, m.w2.out_features]
+    kv = [(c.layers[index][0][b], c.layers[index][1][b]) for c, b, _, _ in rows.segments]
+    b, t, d = x.shape
+    cos, sin = (r.reshape(b * t, -1) for r in rope)
+    y = kernels.load().layer(x.reshape(b * t, d), params, widths, cos, sin, [k for k, _ in kv], [v for _, v in kv],
+                             rows.seq, rows.slot, rows.ctx, rows.extra, rows.n_extra, a.h, block.attn_norm.eps,
+                             a.d ** -0.5, CHUNK)
+    return y.view(b, t, d)
+
+
+def attend_dense(q: torch.Tensor, rows: Rows, layer: int) -> torch.Tensor:
+    """q [R, H, d] (after RoPE; keys and values already cached) -> [R, H, d] fp32, with PyTorch's attention and a
+    dense mask per segment: the same keys, not row-invariant (the fallback)."""
+    kv = [(c.layers[layer][0][b], c.layers[layer][1][b]) for c, b, _, _ in rows.segments]
+    return _attend_dense(q, rows, kv, q.shape[-1] ** -0.5)
+
+
+def _attend_dense(q, rows: Rows, kv, scale) -> torch.Tensor:
+    """PyTorch's attention with a dense mask per segment: the same keys, not row-invariant (the fallback)."""
+    out, first = [], 0
+    for s, (_, _, start, n) in enumerate(rows.segments):
+        k, v = kv[s]
+        width = start + n
+        visible = torch.arange(width)[None, :] < rows.ctx[first:first + n, None]             # [n, S]
+        e = rows.extra[first:first + n]
+        if e.shape[1]:
+            valid = torch.arange(e.shape[1])[None, :] < rows.n_extra[first:first + n, None]
+            visible.scatter_(1, e.clamp(max=width - 1), valid | visible.gather(1, e.clamp(max=width - 1)))
+        mask = visible.to(q.device)[None, None]                                                # [1, 1, n, S]
+        y = F.scaled_dot_product_attention(q[first:first + n].transpose(0, 1)[None], k[None, :, :width],
+                                           v[None, :, :width], attn_mask=mask, scale=scale, enable_gqa=True)
+        out.append(y[0].transpose(0, 1).float())
+        first += n
+    return torch.cat(out)
