@@ -69,6 +69,8 @@ inline void tile(const float* x, int64_t ldx, const T* wp, int64_t panel_stride,
   for (int m = 0; m < MT; ++m)
     for (int j = 0; j < 2 * NP; ++j) acc[m][j] = _mm256_loadu_ps(acc_mem + m * NP * 16 + j * 8);
   for (int64_t k = k0; k < k1; ++k) {
+    if ((k & 1) == 0)                           // streaming weights: ask for them 32 k steps (1 KiB) ahead
+      for (int p = 0; p < NP; ++p) _mm_prefetch(reinterpret_cast<const char*>(wp + p * panel_stride + (k + 32) * 16), _MM_HINT_T0);
     __m256 w[2 * NP];
     for (int p = 0; p < NP; ++p) {
       w[2 * p] = load8(wp + p * panel_stride + k * 16);
@@ -105,22 +107,28 @@ inline void store_rows(const float* acc, int64_t rows, int64_t width, int64_t p,
     }
 }
 
-constexpr int64_t KC = 512;   // k block: a panel slice of KC x 16 stays in L1 across a block of row tiles
+constexpr int64_t KC = 128;   // k block: a panel slice of KC x 16 stays in L1 across a block of row tiles
 constexpr int64_t MC = 96;    // rows per block
 
 template <typename T>
 void linear_impl(const float* x, int64_t M, int64_t K, const T* wp, int64_t panels, const float* bias,
                  float* y, int64_t N) {
   const int64_t ps = K * 16;
-  if (M <= 2) {  // decoding: two panels per tile (4 or 8 independent FMA chains), weights streamed once
+  if (M <= 32) {  // decoding and verification: panel pairs, rows two at a time over each L1-sized k block
     at::parallel_for(0, (panels + 1) / 2, 4, [&](int64_t b, int64_t e) {
-      alignas(32) float acc[2 * 32];
+      alignas(32) float acc[32 * 32];
       for (int64_t pp = b; pp < e; ++pp) {
-        int64_t p = 2 * pp, np = std::min<int64_t>(2, panels - p);
-        std::fill(acc, acc + 64, 0.0f);
-        if (np == 2) rows_tile<2>(M, x, K, wp + p * ps, ps, 0, K, acc);
-        else rows_tile<1>(M, x, K, wp + p * ps, ps, 0, K, acc);
-        store_rows(acc, M, 16 * np, p, 0, bias, y, N);
+        const int64_t p = 2 * pp, np = std::min<int64_t>(2, panels - p), width = 16 * np;
+        std::fill(acc, acc + M * width, 0.0f);
+        for (int64_t k0 = 0; k0 < K; k0 += 256) {
+          const int64_t k1 = std::min<int64_t>(K, k0 + 256);
+          for (int64_t m0 = 0; m0 < M; m0 += 2) {
+            const int64_t mt = std::min<int64_t>(2, M - m0);
+            if (np == 2) rows_tile<2>(mt, x + m0 * K, K, wp + p * ps, ps, k0, k1, acc + m0 * width);
+            else rows_tile<1>(mt, x + m0 * K, K, wp + p * ps, ps, k0, k1, acc + m0 * width);
+          }
+        }
+        store_rows(acc, M, width, p, 0, bias, y, N);
       }
     });
     return;

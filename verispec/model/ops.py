@@ -56,6 +56,11 @@ def _panels(weight: torch.Tensor) -> torch.Tensor:
     return w.view(-1, 16, k).transpose(1, 2).contiguous()
 
 
+def _version(t: torch.Tensor) -> int:
+    """t's in-place version counter (inference tensors have none: they cannot change outside inference mode)."""
+    return 0 if t.is_inference() else t._version
+
+
 class _Packed:
     """A weight's panels and fp32 bias, rebuilt whenever the weight changes (training, loading, dtype)."""
 
@@ -63,7 +68,7 @@ class _Packed:
         self.key, self.panels, self.bias = None, None, None
 
     def get(self, weight: torch.Tensor, bias: torch.Tensor | None):
-        key = (weight.data_ptr(), weight._version, weight.dtype, None if bias is None else bias._version)
+        key = (weight.data_ptr(), _version(weight), weight.dtype, None if bias is None else _version(bias))
         if key != self.key:
             self.panels = _panels(weight)
             self.bias = None if bias is None else bias.detach().float().contiguous()
@@ -116,7 +121,7 @@ class RMSNorm(nn.Module):
         self._w32 = _Packed()
 
     def weight32(self) -> torch.Tensor:
-        key = (self.weight.data_ptr(), self.weight._version)
+        key = (self.weight.data_ptr(), _version(self.weight))
         if self._w32.key != key:
             self._w32.key, self._w32.bias = key, self.weight.detach().float().contiguous()
         return self._w32.bias
