@@ -18,13 +18,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(server, port: int):
+def start_server(server, port: int, decode_thread: bool = True):
     """Run `server` (verispec.serve.app.Server) with uvicorn on a background thread; return the uvicorn server
-    once it accepts connections."""
+    once it accepts connections. decode_thread=False: nothing decodes until the caller runs the scheduler."""
     import uvicorn
 
     from .app import create_app
-    uv = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=port, log_level="warning"))
+    uv = uvicorn.Server(uvicorn.Config(create_app(server, decode_thread), host="127.0.0.1", port=port,
+                                       log_level="warning"))
     threading.Thread(target=uv.run, name="verispec-http", daemon=True).start()
     deadline = time.time() + 60
     while not uv.started:
