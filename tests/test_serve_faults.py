@@ -174,3 +174,25 @@ def test_a_long_prompt_joins_in_chunks_between_decoding_steps(tiny):
     assert all("step" in log[a:b] for a, b in zip(chunks, chunks[1:])), "two chunks ran with no step between"
     assert out["a"]["choices"][0]["text"] == offline_ids(tiny, tok.encode(PROMPTS[0]), 120)
     assert out["b"]["choices"][0]["text"] == offline_ids(tiny, tok.encode(long_prompt), 10)
+
+
+def test_the_fault_injection_load_test_passes_and_catches_a_broken_server(tiny, monkeypatch):
+    from verispec.serve import batch as batch_module
+    from verispec.serve.faults import passed, run_faults
+    prompts = PROMPTS[:3]
+    report = run_faults(Server(tiny, "ngram", max_batch=4, prefill_chunk=32), prompts, clients=4, duration=3,
+                        max_tokens=12, long_tokens=200, fault_every=2)
+    assert passed(report), report
+    assert report["well_formed"] > 0 and sum(f["sent"] for f in report["faults"].values()) >= len(report["faults"])
+    assert report["with_long_prompts"]["streams"] > 0 and report["without_long_prompts"]["streams"] > 0
+
+    def fail_everyone(self, seq, error):                       # isolation switched off: one fault fails the batch
+        for other in list(self.running):
+            other.cancel()
+            self.running.remove(other)
+            self.failed.append((other, error))
+
+    monkeypatch.setattr(batch_module.Batch, "_fail", fail_everyone)
+    broken = run_faults(Server(tiny, "ngram", max_batch=4), prompts, clients=4, duration=3, max_tokens=12,
+                        long_tokens=0, fault_every=2)
+    assert broken["lost"] > 0 and not passed(broken)

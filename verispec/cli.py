@@ -253,6 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--prompts", nargs="+", default=["bench/dev_prompts.jsonl"])
     lt.add_argument("--max-batch", type=int, default=16)
     lt.add_argument("--json", dest="json_out", metavar="OUT")
+    lt.add_argument("--faults", action="store_true", help="fault injection against a server in this process: bad "
+                                                          "and departing clients, a planted failure, long prompts")
+    lt.add_argument("--fault-every", type=int, default=5, help="with --faults: every Nth request is a fault")
+    lt.add_argument("--long-prompt", type=int, default=4000, help="with --faults: tokens of the long prompts sent "
+                                                                  "in the second half")
+    lt.add_argument("--prefill-chunk", type=int, default=0, help="with --faults: the server's --prefill-chunk")
     _model_flags(lt)
 
     f = sub.add_parser("fetch", help="download and convert a model into the local cache, then print its folder")

@@ -119,6 +119,9 @@ def cmd_loadtest(args) -> int:
     from ..prompts import load_prompts
     if args.clients < 1 or args.duration <= 0 or args.max_tokens < 1:
         raise VerispecError("--clients and --max-tokens must be >= 1 and --duration > 0")
+    if args.faults:
+        from .faults import cmd_faults
+        return cmd_faults(args)
     methods = [m for m in args.methods.split(",") if m]
     prompts = [p.prompt for p in load_prompts(args.prompts)]
     proc = None
