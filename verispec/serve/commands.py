@@ -22,6 +22,8 @@ def cmd_serve(args) -> int:
         raise VerispecError(f"--max-batch must be in 1..256, got {args.max_batch}")
     if not 0 <= args.port <= 65535:
         raise VerispecError(f"--port must be in 0..65535, got {args.port}")
+    if args.prefill_chunk < 0:
+        raise VerispecError(f"--prefill-chunk must be >= 0, got {args.prefill_chunk}")
     from .limits import Limits
     limits = Limits(args.max_model_len, args.max_tokens, args.max_waiting, args.kv_cache_mb, args.max_k,
                     args.max_body_bytes)                # checked before the model loads
