@@ -187,3 +187,17 @@ def test_a_list_of_prompts_gives_one_choice_per_prompt(tiny):
         e = error(post(base, "/v1/completions", completion(tiny, prompts, stream=True)), 400)
         assert e["param"] == "prompt"
         assert error(post(base, "/v1/completions", completion(tiny, ["a", ""])), 400)["param"] == "prompt"
+
+
+def test_tokenising_and_templates_run_off_the_event_loop(tiny, monkeypatch):
+    """The HTTP thread (uvicorn's event loop) never tokenises or renders a template itself."""
+    server = Server(tiny, "plain")
+    tok, seen = tiny.tokenizer, []
+    for fn in ("encode", "render_chat"):
+        real = getattr(tok, fn)
+        monkeypatch.setattr(tok, fn, lambda *a, _real=real: seen.append(threading.current_thread().name) or _real(*a))
+    with serving(server) as base:
+        assert post(base, "/v1/completions", completion(tiny, "Hi", max_tokens=2)).status_code == 200
+        assert post(base, "/v1/chat/completions", {"model": name(tiny), "max_tokens": 2,
+                                                   "messages": [{"role": "user", "content": "Hi"}]}).status_code == 200
+    assert len(seen) == 3 and "verispec-http" not in seen

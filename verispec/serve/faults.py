@@ -2,8 +2,8 @@
 
 The server runs as `verispec serve` runs it (decoding on the main thread, HTTP on another); the clients run on a
 third thread. First each well-formed request of a fixed pool (greedy and seeded sampled, over a few prompts, and
-one long prompt) is sent alone, one after the other: that is the warm-up, and it records the output each request
-gets alone. Then C clients send requests for the given time; every `fault_every`-th request is a fault, in turn:
+one long prompt) is sent alone, one after the other, recording the output each request gets alone; then one
+round of C requests at once. That is the warm-up. Then C clients send requests for the given time; every `fault_every`-th request is a fault, in turn:
   malformed JSON, an oversize body, an unknown method, a huge max_tokens (each must get its 4xx);
   a client leaving before its first token, one leaving mid-stream, one leaving right after a stop string;
   a planted failure (a test-only hook of the batch makes one sequence raise after two tokens: it must get its
@@ -133,14 +133,20 @@ class Run:
                     return r.status_code == 200               # hang up here, without reading on
         return r.status_code == 200
 
-    async def warm_up(self) -> None:
+    async def warm_up(self, clients: int) -> None:
+        """Each request of the pool alone, one after the other (their alone-outputs), then one round of `clients`
+        at once (so the memory after warm-up is that of a full batch)."""
         import httpx
-        async with httpx.AsyncClient(timeout=600) as client:
+        async with httpx.AsyncClient(timeout=600, limits=httpx.Limits(max_connections=4 * clients)) as client:
             for i in range(len(self.reqs)):
                 text, detail, *_ = await self.send(client, i, stream=False)
                 if text is None:
                     raise VerispecError(f"warm-up request {i} failed: {detail}")
                 self.alone[i] = text
+            together = await asyncio.gather(*(self.send(client, w % len(self.reqs), stream=False)
+                                              for w in range(clients)))
+            if any(text != self.alone[w % len(self.reqs)] for w, (text, *_) in enumerate(together)):
+                raise VerispecError("warm-up: a request decoded with others differs from its alone-output")
 
     async def load(self, clients: int, duration: float, fault_every: int) -> None:
         import httpx
@@ -221,7 +227,7 @@ def run_faults(server, prompts: list[str], clients: int, duration: float, max_to
 
     def clients_side():
         try:
-            asyncio.run(run.warm_up())
+            asyncio.run(run.warm_up(clients))
             out["rss_warm"] = rss_mb()
             asyncio.run(run.load(clients, duration, fault_every))
             sched, deadline = server.scheduler, time.time() + 10

@@ -223,8 +223,10 @@ class Scheduler:
 
     def _prefill(self) -> None:
         """Prefill joining jobs: whole prompts when prefill_chunk is 0, else at most prefill_chunk prompt tokens
-        this loop (a job whose prompt is done joins the batch)."""
+        this loop, the least remaining first (a job whose prompt is done joins the batch)."""
         budget = self.prefill_chunk
+        if budget:                                   # shortest first: a long prompt never holds up short ones
+            self.prefilling.sort(key=lambda job: job.prefill.remaining)
         while self.prefilling and (budget > 0 or not self.prefill_chunk):
             job = self.prefilling[0]
             if job.cancelled:
