@@ -41,7 +41,7 @@ def test_max_model_len_counts_prompt_and_completion(tiny):
         e = error(post(base, "/v1/completions", completion(tiny, prompt, max_tokens=49 - n)), 400)
         assert e["code"] == "context_length_exceeded" and "48" in e["message"]
         e = error(post(base, "/v1/completions", completion(tiny, prompt * 3, max_tokens=1)), 400)
-        assert e["code"] == "context_length_exceeded"
+        assert e["code"] == "context_length_exceeded" and e["param"] == "prompt"
     with pytest.raises(VerispecError, match="exceeds the model's context"):
         Server(tiny, "plain", limits=Limits(max_model_len=513))
 

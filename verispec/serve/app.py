@@ -95,7 +95,8 @@ class Server:
         self.limits.check_k(k)
         self.limits.check_stops(req.stops())
         max_tokens = self.limits.completion_tokens(req.max_completion_tokens or req.max_tokens, default_max,
-                                                   len(prompt_ids), self.context)
+                                                   len(prompt_ids), self.context,
+                                                   "messages" if isinstance(req, ChatRequest) else "prompt")
         seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(4), "little")
         tok = self.target.tokenizer
         try:

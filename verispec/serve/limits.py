@@ -59,7 +59,8 @@ class Limits:
             raise APIError(400, f"stop strings may have at most {self.max_stop_chars} characters", "invalid_value",
                            "stop")
 
-    def completion_tokens(self, asked: int | None, default: int, prompt_tokens: int, context: int) -> int:
+    def completion_tokens(self, asked: int | None, default: int, prompt_tokens: int, context: int,
+                          prompt_param: str = "messages") -> int:
         """The completion length of a request: `asked` (checked against the cap and the context), else `default`
         cut to what the context leaves."""
         room = context - prompt_tokens
@@ -72,7 +73,7 @@ class Limits:
         if room < 1 or (asked is not None and asked > room):
             raise APIError(400, f"this server's context is {context} tokens; the request has {prompt_tokens} "
                                 f"prompt tokens and asks for {asked or 1} completion tokens",
-                           "context_length_exceeded", "messages")
+                           "context_length_exceeded", prompt_param)
         return asked if asked is not None else min(default, self.max_tokens, room)
 
     def queue_full(self) -> APIError:
