@@ -196,3 +196,34 @@ def test_the_fault_injection_load_test_passes_and_catches_a_broken_server(tiny, 
     broken = run_faults(Server(tiny, "ngram", max_batch=4), prompts, clients=4, duration=3, max_tokens=12,
                         long_tokens=0, fault_every=2)
     assert broken["lost"] > 0 and not passed(broken)
+
+
+def test_chunked_prefill_prepares_the_proposer_once_and_shows_it_every_prompt_position(tiny):
+    """A proposer reading the target's features (EAGLE, Medusa) sees them all, in order, across the chunks, and
+    is prepared once (a second `prepare` would drop what the earlier chunks showed it)."""
+    from verispec.engine import GenerationConfig, Sequence
+    from verispec.proposers.ngram import NgramProposer
+    from verispec.sampling import SamplingConfig
+
+    class Watching(NgramProposer):
+        def __init__(self):
+            super().__init__()
+            self.prepared, self.seen = 0, []
+
+        def prepare(self, capacity):
+            self.prepared += 1
+
+        def observe(self, hidden):
+            self.seen.append(hidden.clone())
+
+    ids = tiny.tokenizer.encode(" ".join(PROMPTS) * 3)
+    cfg = GenerationConfig(max_new_tokens=2, k=2, sampling=SamplingConfig(0.0))
+    whole, chunked = Watching(), Watching()
+    Sequence(tiny.model, whole, ids, cfg, tiny.profile()).prefill()
+    p = Prefill(Sequence(tiny.model, chunked, ids, cfg, tiny.profile()))
+    while p.remaining:
+        p.advance(10)
+    assert chunked.prepared == whole.prepared == 1 and len(chunked.seen) > 1
+    import torch
+    assert torch.cat(chunked.seen).shape == torch.cat(whole.seen).shape == (len(ids), tiny.model.cfg.hidden_size)
+    assert torch.allclose(torch.cat(chunked.seen), torch.cat(whole.seen), atol=1e-4)
