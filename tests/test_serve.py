@@ -160,7 +160,7 @@ def test_bad_requests_get_openai_errors_and_the_server_keeps_running(served):
         client.chat.completions.create(model=server.name, messages=msg, extra_body={"speculative": {"method": "x"}})
     assert e.value.code == "invalid_method"
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model=server.name, messages=msg, n=2)
+        client.chat.completions.create(model=server.name, messages=msg, n=2, stream=True)
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=server.name, messages=[{"role": "robot", "content": "x"}])
     r = httpx.post(base + "/v1/chat/completions", content=b'{"model": "x", "messages": [',

@@ -201,3 +201,17 @@ def test_tokenising_and_templates_run_off_the_event_loop(tiny, monkeypatch):
         assert post(base, "/v1/chat/completions", {"model": name(tiny), "max_tokens": 2,
                                                    "messages": [{"role": "user", "content": "Hi"}]}).status_code == 200
     assert len(seen) == 3 and "verispec-http" not in seen
+
+
+def test_n_choices_sample_with_consecutive_seeds(tiny):
+    server = Server(tiny, "plain")
+    args = dict(max_tokens=8, temperature=1.0)
+    with serving(server) as base:
+        alone = [post(base, "/v1/completions", completion(tiny, "The sea is", seed=5 + j, **args)).json()
+                 ["choices"][0]["text"] for j in range(3)]
+        r = post(base, "/v1/completions", completion(tiny, ["The sea is", "Hello"], seed=5, n=3, **args)).json()
+        assert [c["index"] for c in r["choices"]] == list(range(6))
+        assert [c["text"] for c in r["choices"][:3]] == alone and len(set(alone)) > 1
+        chat = {"model": name(tiny), "messages": [{"role": "user", "content": "Hi"}], "n": 2, "seed": 1, **args}
+        assert len(post(base, "/v1/chat/completions", chat).json()["choices"]) == 2
+        assert error(post(base, "/v1/chat/completions", {**chat, "stream": True}), 400)["param"] == "n"

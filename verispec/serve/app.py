@@ -85,8 +85,8 @@ class Server:
                            "invalid_method", "speculative.method")
         return fork(self._proposers[method])
 
-    def job(self, req: Common, prompt_ids: list[int], default_max: int) -> Job:
-        """A checked job for one prompt (not yet submitted)."""
+    def job(self, req: Common, prompt_ids: list[int], default_max: int, choice: int = 0) -> Job:
+        """A checked job for one prompt (not yet submitted); choice j of n samples with the seed + j."""
         if req.model != self.name:
             raise APIError(404, f"The model `{req.model}` does not exist; this server has `{self.name}`",
                            "model_not_found", "model")
@@ -97,7 +97,7 @@ class Server:
         max_tokens = self.limits.completion_tokens(req.max_completion_tokens or req.max_tokens, default_max,
                                                    len(prompt_ids), self.context,
                                                    "messages" if isinstance(req, ChatRequest) else "prompt")
-        seed = req.seed if req.seed is not None else int.from_bytes(os.urandom(4), "little")
+        seed = (req.seed + choice) % 2 ** 64 if req.seed is not None else int.from_bytes(os.urandom(4), "little")
         tok = self.target.tokenizer
         try:
             cfg = GenerationConfig(max_new_tokens=max_tokens, k=k, seed=seed, k_max=min(K_MAX_AUTO, self.limits.max_k),
@@ -177,11 +177,13 @@ def create_app(server: Server, decode_thread: bool = True):
         if req.stream and len(prompts) > 1:
             raise APIError(400, "streaming takes one prompt; send a list of prompts without stream",
                            "invalid_value", "prompt")
+        check_stream(req)
         ids = await asyncio.to_thread(lambda: [tok.encode(p) for p in prompts])    # off the event loop
         return await respond(server, req, request, ids, 16, chat=False)
 
     @app.post("/v1/chat/completions")
     async def chat(req: ChatRequest, request: Request):
+        check_stream(req)
         messages = [{"role": m.role, "content": m.text()} for m in req.messages]
         try:
             ids = await asyncio.to_thread(lambda: tok.encode(tok.render_chat(messages)))   # off the event loop
@@ -191,6 +193,10 @@ def create_app(server: Server, decode_thread: bool = True):
             raise APIError(400, f"the chat template cannot render these messages: {e}", "invalid_value",
                            "messages") from None
         return await respond(server, req, request, [ids], 256, chat=True)
+
+    def check_stream(req: Common) -> None:
+        if req.stream and req.n > 1:
+            raise APIError(400, "streaming gives one choice; send n > 1 without stream", "invalid_value", "n")
 
     return Guard(app, server.api_key, server.limits.max_body_bytes,
                  on_reject=lambda code: server.metrics.rejected(code))

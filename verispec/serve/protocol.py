@@ -26,7 +26,7 @@ class Common(BaseModel):
     stop: Union[str, list[str], None] = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: int = Field(1, ge=1, le=1)
+    n: int = Field(1, ge=1, le=16)              # choices per prompt; choice j samples with seed + j
     speculative: Speculative | None = None
 
     def stops(self) -> list[str]:

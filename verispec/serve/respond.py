@@ -1,5 +1,6 @@
 """One request's answer: its jobs' tokens as text (stop strings applied), as one JSON body or as server-sent
-events. A list of prompts gives one choice per prompt (their jobs decode side by side); a stream has one."""
+events. Each of n choices of each prompt is a job (all decode side by side): choice i * n + j is prompt i's
+j-th, sampled with the request's seed + j. A stream has one prompt and one choice."""
 from __future__ import annotations
 
 import asyncio
@@ -47,7 +48,8 @@ async def collect(job: Job, text: TextStream) -> tuple[str, str | None]:
 
 
 async def respond(server, req: Common, request: Request, prompts: list[list[int]], default_max: int, chat: bool):
-    jobs = [server.job(req, ids, default_max) for ids in prompts]      # every prompt checked before any decodes
+    jobs = [server.job(req, ids, default_max, j) for ids in prompts    # every choice checked before any decodes
+            for j in range(req.n)]
     submitted = []
     try:
         for job in jobs:
@@ -63,7 +65,7 @@ async def respond(server, req: Common, request: Request, prompts: list[list[int]
             "model": server.name}
 
     def usage() -> dict:
-        prompt, completion = sum(map(len, prompts)), sum(t.tokens for t in texts)
+        prompt, completion = sum(map(len, prompts)), sum(t.tokens for t in texts)     # prompts count once
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     if not req.stream:
