@@ -227,3 +227,16 @@ def test_chunked_prefill_prepares_the_proposer_once_and_shows_it_every_prompt_po
     import torch
     assert torch.cat(chunked.seen).shape == torch.cat(whole.seen).shape == (len(ids), tiny.model.cfg.hidden_size)
     assert torch.allclose(torch.cat(chunked.seen), torch.cat(whole.seen), atol=1e-4)
+
+
+def test_a_non_streaming_client_that_leaves_frees_its_job(tiny):
+    server = Server(tiny, "plain", max_batch=2)
+    slow(server, 0.02)                                                   # 400 tokens: 8 s
+    with serving(server) as base:
+        with pytest.raises(httpx.ReadTimeout):
+            post(base, "/v1/completions", body(tiny, "Hello", max_tokens=400), timeout=1.0)
+        deadline = time.time() + 3
+        while metric(base, "verispec_requests_total", '{method="plain",outcome="disconnected"}') < 1:
+            assert time.time() < deadline, "the abandoned request kept decoding"
+            time.sleep(0.05)
+        assert len(server.scheduler.batch) == 0 and server.kv.used == 0
