@@ -1,7 +1,6 @@
 """Text of the server: incremental detokenising (O(1) a token, equal to decoding the whole output) and chat
 templates rendered in Jinja's sandbox."""
 import random
-import time
 
 import pytest
 

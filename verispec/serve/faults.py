@@ -3,20 +3,22 @@
 The server runs as `verispec serve` runs it (decoding on the main thread, HTTP on another); the clients run on a
 third thread. First each well-formed request of a fixed pool (greedy and seeded sampled, over a few prompts, and
 one long prompt) is sent alone, one after the other, recording the output each request gets alone; then one
-round of C requests at once. That is the warm-up. Then C clients send requests for the given time; every `fault_every`-th request is a fault, in turn:
+round of C requests at once. That is the warm-up. Then C clients send requests for the given time; every
+`fault_every`-th request is a fault, in turn:
   malformed JSON, an oversize body, an unknown method, a huge max_tokens (each must get its 4xx);
   a client leaving before its first token, one leaving mid-stream, one leaving right after a stop string;
   a planted failure (a test-only hook of the batch makes one sequence raise after two tokens: it must get its
   500 or stream error event, alone).
 During the second half, one client sends long prompts. At the end it checks that every well-formed request got
-exactly its alone-output (none lost, none changed), that /health is ok and the decoding loop alive, and that the
-resident memory is within 10% of its level after the warm-up, and that the departed clients left no job
-behind (nothing running, waiting or holding KV cache once the last client is done); it reports p50/p99 time to first token and time
-per output token of the short streaming requests, without and with long-prompt arrivals."""
+exactly its alone-output (none lost, none changed), that /health is ok and the decoding loop alive, that the
+resident memory is within 10% of its level after the warm-up, and that the departed clients left no job behind
+(nothing running, waiting or holding KV cache once the last client is done). It reports p50/p99 time to first
+token and time per output token of the short streaming requests, without and with long-prompt arrivals."""
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 
@@ -29,8 +31,7 @@ PLANTED = "Planted fault: this request fails on the server after two tokens."
 
 
 def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        import os
+    with open("/proc/self/statm") as f:                 # Linux: resident pages are the second field
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
 
@@ -259,6 +260,10 @@ def passed(report: dict) -> bool:
             and all(f["sent"] == f["answered_right"] for f in report["faults"].values()))
 
 
+def ms(seconds: float | None) -> str:
+    return f"{1000 * seconds:.0f} ms" if seconds is not None else "-"
+
+
 def cmd_faults(args) -> int:
     from ..api import Target
     from ..files import atomic_file
@@ -279,13 +284,12 @@ def cmd_faults(args) -> int:
     r = run_faults(server, prompts, args.clients, args.duration, args.max_tokens, args.long_prompt,
                    args.fault_every)
     print(f"well-formed requests {r['well_formed']}: lost {r['lost']}, changed {r['changed']}; healthy at end "
-          f"{r['healthy_at_end']}, idle {r['idle_at_end']}; RSS {r['rss_after_warm_up_mb']:.0f} -> {r['rss_end_mb']:.0f} MiB "
-          f"({100 * r['rss_growth']:+.1f}%)")
+          f"{r['healthy_at_end']}, idle {r['idle_at_end']}; RSS {r['rss_after_warm_up_mb']:.0f} -> "
+          f"{r['rss_end_mb']:.0f} MiB ({100 * r['rss_growth']:+.1f}%)")
     for kind, f in r["faults"].items():
         print(f"  {kind:<26} sent {f['sent']:>3}, answered right {f['answered_right']:>3}")
     for phase in ("without_long_prompts", "with_long_prompts"):
         s = r[phase]
-        ms = lambda v: f"{1000 * v:.0f} ms" if v is not None else "-"          # noqa: E731
         print(f"  {phase.replace('_', ' '):<22} streams {s['streams']:>4}  TTFT p50 {ms(s['ttft_p50_s'])}, p99 "
               f"{ms(s['ttft_p99_s'])}  TPOT p50 {ms(s['tpot_p50_s'])}, p99 {ms(s['tpot_p99_s'])}")
     for example in r["lost_examples"]:
