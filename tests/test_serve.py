@@ -26,7 +26,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def served(target_bf16):
-    server = Server(target_bf16, "ngram", "auto", max_batch=4)
+    server = Server(target_bf16, "ngram", "auto", max_batch=4, allowed_methods=["ngram", "plain", "draft", "medusa"])
     port = free_port()
     uv = start_server(server, port)
     base = f"http://127.0.0.1:{port}"
@@ -95,7 +95,7 @@ def test_concurrent_requests_with_method_overrides_equal_offline(served, target_
 def test_a_server_of_eagle_trees_batches_them_and_equals_offline(target_bf16):
     """`serve --method eagle --tree dynamic+ngram`: dynamic trees with the n-gram path, packed into one batch
     with a chain request (another method), greedy: each equals plain decoding offline."""
-    server = Server(target_bf16, "eagle", "auto", max_batch=4, tree="dynamic+ngram")
+    server = Server(target_bf16, "eagle", "auto", max_batch=4, tree="dynamic+ngram", allowed_methods=["eagle", "ngram"])
     port = free_port()
     uv = start_server(server, port)
     methods = ["eagle", "eagle", "ngram"]
@@ -136,10 +136,12 @@ def test_stop_strings_end_the_text_before_the_match(served, target_bf16):
                                        max_tokens=40, temperature=0, stop=[stop, "zzzz"])
     assert r.choices[0].message.content == full[:full.index(stop)]
     assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens < 40
+    count = "Count: one, two, three, four,"
+    whole = offline(target_bf16, count, 30, chat=False)
+    assert " six" in whole                              # else this test could not tell a working stop string
     streamed = "".join(c.choices[0].text for c in client.completions.create(
-        model=server.name, prompt="Count: one, two, three, four,", max_tokens=30, temperature=0, stop=" six",
-        stream=True))
-    assert "six" not in streamed
+        model=server.name, prompt=count, max_tokens=30, temperature=0, stop=" six", stream=True))
+    assert streamed == whole[:whole.index(" six")]
 
 
 def test_bad_requests_get_openai_errors_and_the_server_keeps_running(served):
@@ -158,7 +160,7 @@ def test_bad_requests_get_openai_errors_and_the_server_keeps_running(served):
         client.chat.completions.create(model=server.name, messages=msg, extra_body={"speculative": {"method": "x"}})
     assert e.value.code == "invalid_method"
     with pytest.raises(openai.BadRequestError):
-        client.chat.completions.create(model=server.name, messages=msg, n=2)
+        client.chat.completions.create(model=server.name, messages=msg, n=2, stream=True)
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=server.name, messages=[{"role": "robot", "content": "x"}])
     r = httpx.post(base + "/v1/chat/completions", content=b'{"model": "x", "messages": [',
@@ -209,31 +211,31 @@ def test_metrics_endpoint_reports_speculation_batches_and_latency(served):
     assert metric(base, "verispec_checked_draft_tokens_by_position_total", '{position="1"}') > 0
 
 
-def test_weights_load_on_the_decoding_thread(target_bf16, monkeypatch):
-    """PyTorch work on any other live thread slows every later decoding step (OpenMP; see the scheduler's
-    note), so a proposer requested from the HTTP side is built on the decoding thread; its errors come back."""
-    import threading
-
+def test_weights_load_at_start_up_never_during_a_request(target_bf16, monkeypatch):
+    """Every allowed method's proposer is built when the server starts; a request only forks it, and a method
+    the server does not allow is refused without loading anything."""
     import verispec.serve.app as app
-    from verispec.errors import VerispecError
-    server = Server(target_bf16, "plain", "auto", max_batch=2)
-    built_on = []
+    built = []
     real = app.make_proposer
+    monkeypatch.setattr(app, "make_proposer", lambda method, *a, **kw: built.append(method) or real(method, *a, **kw))
+    server = Server(target_bf16, "plain", "auto", max_batch=2, allowed_methods=["plain", "ngram", "draft"])
+    assert built == ["plain", "ngram", "draft"]
+    assert server.proposer("draft") is not server._proposers["draft"]          # a fork: its own state
+    with pytest.raises(app.APIError, match="not allowed") as e:
+        server.proposer("medusa")
+    assert e.value.code == "invalid_method" and built == ["plain", "ngram", "draft"]
 
-    def recording(method, *a, **kw):
-        built_on.append(threading.current_thread())
-        if method == "draft":
-            raise VerispecError("no draft here")
-        return real(method, *a, **kw)
 
-    monkeypatch.setattr(app, "make_proposer", recording)
+def test_scheduler_call_runs_on_the_decoding_thread(target_bf16):
+    """PyTorch work on any other live thread slows every later decoding step (OpenMP; see the scheduler's
+    note), so work requested from the HTTP side runs on the decoding thread; its errors come back."""
+    import threading
+    server = Server(target_bf16, "plain", "auto", max_batch=2)
     server.scheduler.start()
     try:
-        assert server.proposer("ngram") is not None
-        assert built_on == [server.scheduler.thread] != [threading.current_thread()]
-        with pytest.raises(app.APIError, match="no draft here"):
-            server.proposer("draft")
         assert server.scheduler.call(lambda: threading.current_thread()) is server.scheduler.thread
+        with pytest.raises(ZeroDivisionError):
+            server.scheduler.call(lambda: 1 / 0)
     finally:
         server.scheduler.stop()
     with pytest.raises(RuntimeError, match="stop"):

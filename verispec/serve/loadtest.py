@@ -1,10 +1,12 @@
 """`verispec loadtest`: N concurrent clients (the official `openai` client, streaming chat completions) for a
-fixed time per speculative method, against a running server or a `verispec serve` process started here on a
-loopback port. Reports completion tokens per second, request latency p50/p99, time to first token and errors."""
+fixed time per speculative method, against a running server (its API key from $VERISPEC_API_KEY) or a `verispec
+serve` process started here on a loopback port. Reports completion tokens per second, request latency p50/p99,
+time to first token and errors. `--faults` runs the fault-injection test instead (serve.faults)."""
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import threading
 import time
@@ -18,13 +20,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(server, port: int):
+def start_server(server, port: int, decode_thread: bool = True):
     """Run `server` (verispec.serve.app.Server) with uvicorn on a background thread; return the uvicorn server
-    once it accepts connections."""
+    once it accepts connections. decode_thread=False: nothing decodes until the caller runs the scheduler."""
     import uvicorn
 
     from .app import create_app
-    uv = uvicorn.Server(uvicorn.Config(create_app(server), host="127.0.0.1", port=port, log_level="warning"))
+    uv = uvicorn.Server(uvicorn.Config(create_app(server, decode_thread), host="127.0.0.1", port=port,
+                                       log_level="warning"))
     threading.Thread(target=uv.run, name="verispec-http", daemon=True).start()
     deadline = time.time() + 60
     while not uv.started:
@@ -42,8 +45,10 @@ def spawn_server(args, method: str):
 
     import httpx
     port = free_port()
+    methods = [m for m in args.methods.split(",") if m]          # requests ask for each: allowed, loaded at start
     cmd = [sys.executable, "-m", "verispec", "serve", "--port", str(port), "--method", method, "--max-batch",
-           str(args.max_batch), "--dtype", args.dtype, "--device", args.device, "--log-level", "warning"]
+           str(args.max_batch), "--dtype", args.dtype, "--device", args.device, "--log-level", "warning",
+           "--allowed-methods", ",".join(dict.fromkeys([method, *methods]))]
     cmd += ["--model", args.model] if args.model else []
     cmd += ["--draft", args.draft] if args.draft else []
     import tempfile
@@ -65,6 +70,11 @@ def spawn_server(args, method: str):
     raise VerispecError("the server did not start within 300 s")
 
 
+def api_key() -> str:
+    """The key a keyed server (serve --api-key) wants: $VERISPEC_API_KEY, as `serve` reads it."""
+    return os.environ.get("VERISPEC_API_KEY") or "none"
+
+
 def percentile(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -75,7 +85,7 @@ def percentile(values: list[float], q: float) -> float | None:
 async def run_clients(base_url: str, model: str, method: str, prompts: list[str], clients: int, duration: float,
                       max_tokens: int) -> dict:
     from openai import AsyncOpenAI
-    client = AsyncOpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=600)
+    client = AsyncOpenAI(base_url=base_url, api_key=api_key(), max_retries=0, timeout=600)
     latencies, ttfts, tokens, errors = [], [], [], []
     start = time.perf_counter()
     counter = iter(range(10 ** 9))
@@ -118,6 +128,9 @@ def cmd_loadtest(args) -> int:
     from ..prompts import load_prompts
     if args.clients < 1 or args.duration <= 0 or args.max_tokens < 1:
         raise VerispecError("--clients and --max-tokens must be >= 1 and --duration > 0")
+    if args.faults:
+        from .faults import cmd_faults
+        return cmd_faults(args)
     methods = [m for m in args.methods.split(",") if m]
     prompts = [p.prompt for p in load_prompts(args.prompts)]
     proc = None
@@ -128,7 +141,8 @@ def cmd_loadtest(args) -> int:
         proc, base = spawn_server(args, methods[0])
     import httpx
     try:
-        model = httpx.get(base + "/models", timeout=10).json()["data"][0]["id"]
+        model = httpx.get(base + "/models", timeout=10, headers={"Authorization": f"Bearer {api_key()}"}
+                          ).json()["data"][0]["id"]
     except Exception as e:
         if proc is not None:
             proc.terminate()

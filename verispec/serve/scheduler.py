@@ -1,9 +1,16 @@
 """The decoding thread: it owns the model and the batch; requests join between steps (continuous batching).
 
-The HTTP side builds a `Job` (a checked `Sequence` plus where to send its tokens) and submits it. Each loop the
-thread admits waiting jobs while the batch has room (prefilling each alone), runs one batch step, and sends every
-sequence's new tokens back to its request's event loop. A job marked cancelled (its client went away, or a stop
-string matched) leaves the batch at the next step and frees its slot.
+The HTTP side builds a `Job` (a checked `Sequence` plus where to send its tokens) and submits it; past
+`max_waiting` jobs not yet decoding, `submit` refuses (the HTTP side answers 429). Each loop the thread admits
+waiting jobs, first come first served, while the batch has a slot and the KV budget has room for the cache the
+job needs; prefills (one chunk of at most `prefill_chunk` prompt tokens per loop, or whole prompts when 0); runs
+one batch step; and sends every sequence's new tokens back to its request's event loop. A job marked cancelled
+(its client went away, or a stop string matched) leaves the queue or the batch at the next loop and frees its
+slot and its cache.
+
+Failures stay with their job: a sequence whose prefill, plan or acceptance raises gets an error event and
+leaves; the others go on (serve.batch). If the loop itself dies, every job gets an error event, `alive` turns
+false (/health answers 503) and `submit` refuses new jobs.
 
 All PyTorch work of a server happens on this one thread, loading weights included (`call`). PyTorch's CPU
 kernels run on OpenMP, and OpenMP keeps a team of worker threads for every thread that ever ran a parallel
@@ -25,7 +32,9 @@ from typing import Any, Callable
 
 from ..engine import Sequence
 from .batch import Batch
+from .limits import KVBudget
 from .metrics import Metrics
+from .prefill import Prefill
 
 
 @dataclass
@@ -40,6 +49,8 @@ class Job:
     last_token_at: float | None = None
     tokens: int = 0
     cancelled: str | None = None           # why the request side stopped it: "disconnected" or "stop"
+    prefill: Prefill | None = None         # its prompt's prefill, from admission
+    kv_slots: int = 0                      # KV budget it holds (token slots), from admission until it leaves
     stats: object = None                   # the sequence's GenerationStats, once done
 
     def on_tokens(self, ids: list[int]) -> None:      # called on the decoding thread
@@ -64,15 +75,32 @@ class Call:
     result: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
 
 
+class Refused(Exception):
+    """`submit` refused a job: the queue is full (`full`) or the decoding loop is dead."""
+
+    def __init__(self, message: str, full: bool):
+        super().__init__(message)
+        self.full = full
+
+
 class Scheduler:
-    def __init__(self, batch: Batch, metrics: Metrics, max_batch: int = 16):
-        self.batch, self.metrics, self.max_batch = batch, metrics, max_batch
+    def __init__(self, batch: Batch, metrics: Metrics, max_batch: int = 16, kv: KVBudget | None = None,
+                 max_waiting: int = 1 << 30, prefill_chunk: int = 0):
+        self.batch, self.metrics, self.max_batch, self.kv = batch, metrics, max_batch, kv
+        self.max_waiting, self.prefill_chunk = max_waiting, prefill_chunk
         self.inbox: queue.Queue[Job | Call | None] = queue.Queue()
         self.decoder: threading.Thread | None = None    # the thread decoding, once it runs
         self.waiting: collections.deque[Job] = collections.deque()
+        self.prefilling: list[Job] = []              # admitted (slot and cache taken), prompt not all prefilled
         self.jobs: dict[int, Job] = {}               # id(sequence) -> its job, for sequences in the batch
+        self.pending, self._pending_lock = 0, threading.Lock()    # submitted, not yet admitted (or dropped)
+        self.dead: str | None = None                 # why the decoding loop died
         self._stopping, self._finished = threading.Event(), threading.Event()
         self.thread = threading.Thread(target=self._run, name="verispec-decoder", daemon=True)
+
+    @property
+    def alive(self) -> bool:
+        return self.dead is None and not self._finished.is_set()
 
     def start(self) -> None:
         """Decode on a thread of its own (tests, embedding). `verispec serve` calls `run` on the main thread
@@ -84,7 +112,7 @@ class Scheduler:
         For PyTorch work requested from another thread, such as loading a proposer's weights."""
         if self.decoder is None or threading.current_thread() is self.decoder:
             return fn()
-        if self._stopping.is_set():
+        if self._stopping.is_set() or not self.alive:
             raise RuntimeError("the server is stopping")
         call = Call(fn)
         self.inbox.put(call)
@@ -96,7 +124,7 @@ class Scheduler:
                     raise RuntimeError("the server stopped") from None
 
     def run(self) -> None:
-        """Decode on the calling thread until `stop`."""
+        """Decode on the calling thread until `stop` (or until the loop dies: see `dead`)."""
         self._run()
 
     def stop(self) -> None:
@@ -106,30 +134,52 @@ class Scheduler:
             self.thread.join(timeout=30)
 
     def submit(self, job: Job) -> None:
+        if not self.alive:
+            raise Refused(f"the decoding loop is not running ({self.dead or 'stopped'})", full=False)
+        with self._pending_lock:
+            if self.pending >= self.max_waiting:
+                raise Refused("the waiting queue is full", full=True)
+            self.pending += 1
         self.metrics.waiting.inc()
         self.inbox.put(job)
 
     def _run(self) -> None:
         self.decoder = threading.current_thread()
-        while not self._stopping.is_set():
-            self._take_new(block=not self.batch.running and not self.waiting)
-            self._admit()
-            for seq in self.batch.running:
-                if self.jobs[id(seq)].cancelled:
-                    seq.cancel()
-            self.metrics.running.set(len(self.batch))
-            if not self.batch.running:
-                continue
-            self.metrics.batch_size.observe(len(self.batch))
-            try:
-                finished = self.batch.step()
-            except Exception as e:                   # keep serving: fail this batch's requests, not the server
-                for seq in self.batch.abandon():
-                    self.jobs.pop(id(seq))._send(("error", f"decoding failed: {e}"))
-                continue
-            for seq in finished:
-                self._finish(self.jobs.pop(id(seq)))
-        self._finished.set()
+        try:
+            while not self._stopping.is_set():
+                self._loop()
+        except BaseException as e:                   # a bug of the loop itself: fail every job, refuse new ones
+            self.dead = f"{type(e).__name__}: {e}"
+            for job in [*self.jobs.values(), *self.prefilling, *self.waiting]:
+                job._send(("error", f"the decoding loop died: {self.dead}"))
+            self.jobs, self.prefilling, self.batch.running = {}, [], []
+            self._drop_waiting(list(self.waiting))
+            if not isinstance(e, Exception):
+                raise
+        finally:
+            self._finished.set()
+
+    def _loop(self) -> None:
+        self._take_new(block=not self.batch.running and not self.waiting and not self.prefilling)
+        self._admit()
+        self._prefill()
+        for seq in self.batch.running:
+            if self.jobs[id(seq)].cancelled:
+                seq.cancel()
+        self.metrics.running.set(len(self.batch))
+        if not self.batch.running:
+            return
+        self.metrics.batch_size.observe(len(self.batch))
+        try:
+            finished = self.batch.step()
+        except Exception as e:                       # outside any one sequence's work: fail this batch's jobs
+            for seq in self.batch.abandon():
+                self._fail(self.jobs.pop(id(seq)), f"decoding failed: {type(e).__name__}: {e}")
+            return
+        for seq, error in self.batch.take_failed():
+            self._fail(self.jobs.pop(id(seq)), f"decoding failed: {type(error).__name__}: {error}")
+        for seq in finished:
+            self._finish(self.jobs.pop(id(seq)))
 
     def _take_new(self, block: bool) -> None:
         try:
@@ -146,24 +196,70 @@ class Scheduler:
         except queue.Empty:
             pass
 
+    def _drop_waiting(self, jobs: list[Job]) -> None:
+        with self._pending_lock:
+            self.pending -= len(jobs)
+        self.metrics.waiting.dec(len(jobs))
+
     def _admit(self) -> None:
-        while self.waiting and len(self.batch) < self.max_batch:
-            job = self.waiting.popleft()
-            self.metrics.waiting.dec()
-            if job.cancelled:
+        gone = [job for job in self.waiting if job.cancelled]
+        if gone:                                     # cancelled while waiting: never started
+            self.waiting = collections.deque(job for job in self.waiting if not job.cancelled)
+            self._drop_waiting(gone)
+            for job in gone:
                 self.metrics.rejected("cancelled before start")
+                job._send(("done", "cancelled", None))
+        while self.waiting and len(self.batch) + len(self.prefilling) < self.max_batch:
+            job = self.waiting[0]
+            if self.kv is not None:
+                if not self.kv.fits(job.sequence.capacity):
+                    break                            # first come, first served: wait for cache to free up
+                job.kv_slots = job.sequence.capacity
+                self.kv.used += job.kv_slots
+            self.waiting.popleft()
+            self._drop_waiting([job])
+            job.prefill = Prefill(job.sequence)
+            self.prefilling.append(job)
+
+    def _prefill(self) -> None:
+        """Prefill joining jobs: whole prompts when prefill_chunk is 0, else at most prefill_chunk prompt tokens
+        this loop, the least remaining first (a job whose prompt is done joins the batch)."""
+        budget = self.prefill_chunk
+        if budget:                                   # shortest first: a long prompt never holds up short ones
+            self.prefilling.sort(key=lambda job: job.prefill.remaining)
+        while self.prefilling and (budget > 0 or not self.prefill_chunk):
+            job = self.prefilling[0]
+            if job.cancelled:
+                self.prefilling.pop(0)
+                self._finish(job)
                 continue
             try:
-                self.batch.add(job.sequence, job.pinned)
+                budget -= job.prefill.advance(budget)
+                if job.prefill.remaining:
+                    return
             except Exception as e:
-                job._send(("error", f"prefill failed: {e}"))
+                self.prefilling.pop(0)
+                self._fail(job, f"prefill failed: {type(e).__name__}: {e}")
                 continue
+            self.prefilling.pop(0)
+            self.batch.join(job.sequence, job.pinned)
             if job.sequence.done:                    # finished at its first token
                 self._finish(job)
             else:
                 self.jobs[id(job.sequence)] = job
 
+    def _release(self, job: Job) -> None:
+        if self.kv is not None:
+            self.kv.used -= job.kv_slots
+        job.kv_slots, job.prefill = 0, None       # the Prefill holds the cache of an unfinished prefill
+
+    def _fail(self, job: Job, message: str) -> None:
+        self._release(job)
+        self.metrics.requests.labels(job.method, "error").inc()
+        job._send(("error", message))
+
     def _finish(self, job: Job) -> None:
+        self._release(job)
         seq = job.sequence
         g = seq.result()
         outcome = job.cancelled or g.finish_reason

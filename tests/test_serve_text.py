@@ -1,0 +1,61 @@
+"""Text of the server: incremental detokenising (O(1) a token, equal to decoding the whole output) and chat
+templates rendered in Jinja's sandbox."""
+import random
+
+import pytest
+
+from verispec.errors import VerispecError
+from verispec.model.tokenizer import StreamDecoder, Tokenizer, compile_template
+
+
+@pytest.fixture(scope="module")
+def tok(default_dir):
+    return Tokenizer(default_dir, [])
+
+
+def streamed(tok, ids) -> str:
+    d = StreamDecoder(tok)
+    return "".join(d.push([i]) for i in ids)
+
+
+def test_incremental_decoding_equals_decoding_the_whole_output(tok):
+    texts = ["Hello wörld — ünïcödé 日本語のテキスト 🎉🎉, spaces   and\nnewlines\ttabs <|im_end|> done.",
+             "def f(x):\n    return x ** 2  # ÆØÅ ✓", "   leading spaces"]
+    for text in texts:
+        ids = tok.encode(text)
+        assert streamed(tok, ids) == tok.decode(ids)
+    rng = random.Random(0)
+    for _ in range(200):                  # random ids: split multi-byte characters, special tokens, anything
+        ids = [rng.randrange(tok.vocab_size) for _ in range(rng.randrange(1, 30))]
+        full = tok.decode(ids)
+        out = streamed(tok, ids)
+        assert out == full or (full.endswith("\ufffd") and full.startswith(out))
+
+
+def test_incremental_decoding_decodes_a_window_not_the_whole_output(tok, monkeypatch):
+    """Each push decodes a few tokens, however long the output already is (O(1) a token, not O(n))."""
+    ids = tok.encode("word " * 2000)
+    sizes = []
+    real = tok.decode
+    monkeypatch.setattr(tok, "decode", lambda xs: sizes.append(len(xs)) or real(xs))
+    d = StreamDecoder(tok)
+    text = "".join(d.push([i]) for i in ids)
+    monkeypatch.undo()
+    assert text == tok.decode(ids) and max(sizes) <= 2 * StreamDecoder.CONTEXT + 2
+
+
+def test_chat_templates_render_in_the_sandbox(tok):
+    assert "Hi there" in tok.render_chat([{"role": "user", "content": "Hi there"}])
+    from jinja2.exceptions import SecurityError, TemplateError
+    escape = compile_template("{{ messages.__class__.__mro__[1].__subclasses__() }}")
+    with pytest.raises(SecurityError):
+        escape.render(messages=[])
+    mutate = compile_template("{% set _ = messages.append(1) %}{{ messages|length }}")
+    with pytest.raises(SecurityError):
+        mutate.render(messages=[])
+    with pytest.raises(TemplateError, match="no system"):
+        compile_template("{{ raise_exception('no system') }}").render()
+    with pytest.raises(VerispecError, match="no chat template"):
+        bare = Tokenizer.__new__(Tokenizer)
+        bare.chat_template = None
+        bare.render_chat([])

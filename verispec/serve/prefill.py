@@ -1,0 +1,66 @@
+"""Chunked prefill: a joining sequence's prompt goes through the target a chunk at a time, one chunk between two
+decoding steps, so a long prompt never stalls the running streams for more than one chunk.
+
+The chunks before the last fill the sequence's KV cache (and feed the target's features to proposers that read
+them, as `Sequence.prefill` does); the last goes through `Sequence.prefill` itself, which reuses the filled cache
+as a known prefix, samples the first token and reports it. Prefill in chunks computes the same function as one
+pass, but its matrix products see other row counts: where products are not row-invariant for such shapes (CPU
+bf16 beyond `ROWWISE_MAX_TOKENS` rows) its low bits, hence possibly a greedy tie, can differ from offline
+decoding. So the server keeps it off unless asked (`serve --prefill-chunk N`)."""
+from __future__ import annotations
+
+import torch
+
+from ..engine import Sequence
+
+
+class Prefill:
+    def __init__(self, seq: Sequence):
+        self.seq, self.done, self.cache = seq, 0, None    # done: prompt tokens whose keys/values are cached
+
+    @property
+    def remaining(self) -> int:
+        return len(self.seq.prompt) - self.done
+
+    @torch.inference_mode()
+    def advance(self, budget: int) -> int:
+        """Prefill up to `budget` more prompt tokens (all of them if budget <= 0); returns how many it ran.
+        The sequence is prefilled (its first token drawn) once `remaining` is 0."""
+        seq, prompt = self.seq, self.seq.prompt
+        if budget <= 0 or self.remaining <= budget:
+            n = self.remaining
+            if self.cache is None:
+                seq.prefill()
+            else:
+                with prepared(seq.proposer):               # keep what the proposer observed of earlier chunks
+                    seq.prefill(self.cache, prompt[:self.done])
+            self.done = len(prompt)
+            return n
+        if self.cache is None:
+            if seq.proposer is not None:
+                seq.proposer.prepare(seq.capacity)
+            self.cache = seq.target.new_cache(seq.capacity)
+        n = min(budget, len(prompt) - 1 - self.done)       # the last prompt token is left to Sequence.prefill
+        device = seq.target.device
+        tokens = torch.tensor([prompt[self.done:self.done + n]], device=device)              # [1, n]
+        positions = torch.arange(self.done, self.done + n, device=device)[None]              # [1, n]
+        hidden = seq.target(tokens, positions, self.cache)                                   # [1, n, D]
+        if seq.proposer is not None and seq.proposer.reads_features:
+            seq.proposer.observe(hidden[0])
+        self.done += n
+        return n
+
+
+class prepared:
+    """Within this block the proposer's `prepare` does nothing (it was prepared before the first chunk)."""
+
+    def __init__(self, proposer):
+        self.proposer = proposer
+
+    def __enter__(self):
+        if self.proposer is not None:
+            self.proposer.prepare = lambda capacity: None
+
+    def __exit__(self, *exc):
+        if self.proposer is not None:
+            del self.proposer.prepare
