@@ -74,7 +74,7 @@ def test_serve_limits_and_access_flags_are_checked_before_the_model_loads(monkey
     assert build_parser().parse_args(["serve", "--api-key", "flag"]).api_key == "flag"
     monkeypatch.delenv("VERISPEC_API_KEY")
     args = build_parser().parse_args(["serve"])
-    assert args.api_key is None and args.prefill_chunk == 0 and args.allowed_methods is None
+    assert args.api_key is None and args.prefill_chunk == 64 and args.allowed_methods is None
 
 
 def test_loadtest_faults_needs_its_own_server(capsys):

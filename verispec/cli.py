@@ -245,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--fault-every", type=int, default=5, help="with --faults: every Nth request is a fault")
     lt.add_argument("--long-prompt", type=int, default=4000, help="with --faults: tokens of the long prompts sent "
                                                                   "in the second half")
-    lt.add_argument("--prefill-chunk", type=int, default=0, help="with --faults: the server's --prefill-chunk")
+    lt.add_argument("--prefill-chunk", type=int, default=64,
+                    help="with --faults: the server's --prefill-chunk (default 64)")
     _model_flags(lt)
 
     dr = sub.add_parser("doctor", help="what this machine guarantees (bitwise rows, kernels, dtype), checked on "
@@ -277,8 +278,8 @@ def _serve_limit_flags(p: argparse.ArgumentParser) -> None:
                         "none); /health and /metrics stay open")
     g.add_argument("--allowed-methods", help="speculative methods requests may ask for, comma-separated, or 'all' "
                                              "(default: --method, plain, ngram); their weights load at start-up")
-    g.add_argument("--prefill-chunk", type=int, default=0, help="prefill prompts N tokens between two decoding "
-                                                                "steps (0: whole prompts, the default)")
+    g.add_argument("--prefill-chunk", type=int, default=64, help="prefill prompts N tokens between two decoding "
+                                                                 "steps (default 64; 0: whole prompts)")
 
 
 def cmd_generate(args) -> int:

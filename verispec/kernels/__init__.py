@@ -72,6 +72,10 @@ def status() -> str | None:
 
 def _build():
     from torch.utils.cpp_extension import load as cpp_load
+    # the `ninja` wheel puts its binary beside this interpreter, which need not be on PATH (an unactivated venv)
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
     folder = build_dir()
     folder.mkdir(parents=True, exist_ok=True)
     name = "verispec_cpu_" + folder.name

@@ -3,10 +3,9 @@ decoding steps, so a long prompt never stalls the running streams for more than 
 
 The chunks before the last fill the sequence's KV cache (and feed the target's features to proposers that read
 them, as `Sequence.prefill` does); the last goes through `Sequence.prefill` itself, which reuses the filled cache
-as a known prefix, samples the first token and reports it. Prefill in chunks computes the same function as one
-pass, but its matrix products see other row counts: where products are not row-invariant for such shapes (CPU
-bf16 beyond `ROWWISE_MAX_TOKENS` rows) its low bits, hence possibly a greedy tie, can differ from offline
-decoding. So the server keeps it off unless asked (`serve --prefill-chunk N`)."""
+as a known prefix, samples the first token and reports it. On the row-invariant kernels (`verispec doctor`) a
+chunk's rows get the bits they get in one pass, so the cache, and every token after it, equal offline
+decoding's; elsewhere its low bits (and so, rarely, a greedy tie) could differ."""
 from __future__ import annotations
 
 import torch
