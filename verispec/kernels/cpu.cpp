@@ -14,6 +14,7 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -64,10 +65,10 @@ inline __m256 exp8(__m256 x) {
 // how many accumulators share one weight load.
 template <int MT, int NP, typename T>
 inline void tile(const float* x, int64_t ldx, const T* wp, int64_t panel_stride, int64_t k0, int64_t k1,
-                 float* acc_mem /*[MT][NP*16]*/) {
+                 float* acc_mem /*[MT] rows of lda, NP * 16 used*/, int64_t lda) {
   __m256 acc[MT][2 * NP];
   for (int m = 0; m < MT; ++m)
-    for (int j = 0; j < 2 * NP; ++j) acc[m][j] = _mm256_loadu_ps(acc_mem + m * NP * 16 + j * 8);
+    for (int j = 0; j < 2 * NP; ++j) acc[m][j] = _mm256_loadu_ps(acc_mem + m * lda + j * 8);
   for (int64_t k = k0; k < k1; ++k) {
     if ((k & 1) == 0)                           // streaming weights: ask for them 32 k steps (1 KiB) ahead
       for (int p = 0; p < NP; ++p) _mm_prefetch(reinterpret_cast<const char*>(wp + p * panel_stride + (k + 32) * 16), _MM_HINT_T0);
@@ -82,18 +83,19 @@ inline void tile(const float* x, int64_t ldx, const T* wp, int64_t panel_stride,
     }
   }
   for (int m = 0; m < MT; ++m)
-    for (int j = 0; j < 2 * NP; ++j) _mm256_storeu_ps(acc_mem + m * NP * 16 + j * 8, acc[m][j]);
+    for (int j = 0; j < 2 * NP; ++j) _mm256_storeu_ps(acc_mem + m * lda + j * 8, acc[m][j]);
 }
 
 template <int NP, typename T>
-void rows_tile(int64_t mt, const float* x, int64_t ldx, const T* wp, int64_t ps, int64_t k0, int64_t k1, float* a) {
+void rows_tile(int64_t mt, const float* x, int64_t ldx, const T* wp, int64_t ps, int64_t k0, int64_t k1, float* a,
+               int64_t lda) {
   switch (mt) {
-    case 1: tile<1, NP>(x, ldx, wp, ps, k0, k1, a); break;
-    case 2: tile<2, NP>(x, ldx, wp, ps, k0, k1, a); break;
-    case 3: tile<3, NP>(x, ldx, wp, ps, k0, k1, a); break;
-    case 4: tile<4, NP>(x, ldx, wp, ps, k0, k1, a); break;
-    case 5: tile<5, NP>(x, ldx, wp, ps, k0, k1, a); break;
-    default: tile<6, NP>(x, ldx, wp, ps, k0, k1, a); break;
+    case 1: tile<1, NP>(x, ldx, wp, ps, k0, k1, a, lda); break;
+    case 2: tile<2, NP>(x, ldx, wp, ps, k0, k1, a, lda); break;
+    case 3: tile<3, NP>(x, ldx, wp, ps, k0, k1, a, lda); break;
+    case 4: tile<4, NP>(x, ldx, wp, ps, k0, k1, a, lda); break;
+    case 5: tile<5, NP>(x, ldx, wp, ps, k0, k1, a, lda); break;
+    default: tile<6, NP>(x, ldx, wp, ps, k0, k1, a, lda); break;
   }
 }
 
@@ -115,17 +117,29 @@ void linear_impl(const float* x, int64_t M, int64_t K, const T* wp, int64_t pane
                  float* y, int64_t N) {
   const int64_t ps = K * 16;
   if (M <= 32) {  // decoding and verification: panel pairs, rows two at a time over each L1-sized k block
+    constexpr int64_t KB = 128;
+    const bool widen = M > 1 && !std::is_same<T, float>::value;   // several rows: widen each block to fp32 once
     at::parallel_for(0, (panels + 1) / 2, 4, [&](int64_t b, int64_t e) {
       alignas(32) float acc[32 * 32];
+      alignas(32) float wbuf[2 * KB * 16];
       for (int64_t pp = b; pp < e; ++pp) {
         const int64_t p = 2 * pp, np = std::min<int64_t>(2, panels - p), width = 16 * np;
         std::fill(acc, acc + M * width, 0.0f);
-        for (int64_t k0 = 0; k0 < K; k0 += 256) {
-          const int64_t k1 = std::min<int64_t>(K, k0 + 256);
-          for (int64_t m0 = 0; m0 < M; m0 += 2) {
+        for (int64_t k0 = 0; k0 < K; k0 += KB) {
+          const int64_t k1 = std::min<int64_t>(K, k0 + KB), kb = k1 - k0;
+          if (widen) {
+            for (int64_t q = 0; q < np; ++q) {
+              const T* src = wp + (p + q) * ps + k0 * 16;
+              for (int64_t i = 0; i < kb * 16; i += 8) _mm256_storeu_ps(wbuf + q * KB * 16 + i, load8(src + i));
+            }
+          }
+          for (int64_t m0 = 0; m0 < M; m0 += 2) {   // both panels, rows two at a time (up to 8 accumulators)
             const int64_t mt = std::min<int64_t>(2, M - m0);
-            if (np == 2) rows_tile<2>(mt, x + m0 * K, K, wp + p * ps, ps, k0, k1, acc + m0 * width);
-            else rows_tile<1>(mt, x + m0 * K, K, wp + p * ps, ps, k0, k1, acc + m0 * width);
+            float* a = acc + m0 * width;
+            if (widen && np == 2) rows_tile<2>(mt, x + m0 * K + k0, K, wbuf, KB * 16, 0, kb, a, width);
+            else if (widen) rows_tile<1>(mt, x + m0 * K + k0, K, wbuf, KB * 16, 0, kb, a, width);
+            else if (np == 2) rows_tile<2>(mt, x + m0 * K, K, wp + p * ps, ps, k0, k1, a, width);
+            else rows_tile<1>(mt, x + m0 * K, K, wp + p * ps, ps, k0, k1, a, width);
           }
         }
         store_rows(acc, M, width, p, 0, bias, y, N);
@@ -147,7 +161,7 @@ void linear_impl(const float* x, int64_t M, int64_t K, const T* wp, int64_t pane
           for (int64_t mt0 = 0; mt0 < mb; mt0 += 6) {
             int64_t mt = std::min<int64_t>(6, mb - mt0);
             // the slice starts at k0: offset x by k0 and run k over [0, kb)
-            rows_tile<1>(mt, x + (m0 + mt0) * K + k0, K, wbuf.data(), 0, 0, kb, acc_buf.data() + mt0 * 16);
+            rows_tile<1>(mt, x + (m0 + mt0) * K + k0, K, wbuf.data(), 0, 0, kb, acc_buf.data() + mt0 * 16, 16);
           }
         }
         store_rows(acc_buf.data(), mb, 16, p, m0, bias, y, N);
