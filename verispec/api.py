@@ -55,14 +55,16 @@ class Target:
 
     def profile(self) -> CostProfile:
         """The cost model behind `--k auto`: this machine's `verispec profile` output if there is one, else the
-        profile shipped for the default model, else built-in conservative defaults."""
+        profile shipped for the default model with this machine's verify costs (measured once, cached), else
+        built-in conservative defaults."""
         from .profile import default_profile_path
         mine = default_profile_path(self.folder, self.dtype, self.model.device)
         if mine.exists():
             return CostProfile.load(mine)
+        from .profile import machine_costs
         shipped = SHIPPED_PROFILES / f"default-{self.dtype}-{self.model.device.type}.json"
-        if self.is_default and shipped.exists():
-            return CostProfile.load(shipped)
+        if self.is_default and shipped.exists():   # its acceptance, and this machine's verify costs
+            return machine_costs(self.model, CostProfile.load(shipped), Path(self.folder).name, self.dtype)
         return CostProfile()
 
 

@@ -147,6 +147,37 @@ def tree_row(engine, row: dict, c: float, tree_cost) -> dict:
     return out
 
 
+def machine_costs(model, base: CostProfile, name: str, dtype: str) -> CostProfile:
+    """`base` (a shipped profile) with this machine's verify costs: `model`'s cost curve (chains of 1-12 tokens)
+    and tree costs (4-32 nodes), measured once per machine, model, dtype, torch and thread count (a few seconds)
+    and cached. Verification costs differ by CPU far more than acceptance does: a curve measured elsewhere makes
+    `--k auto` draft where it loses. alpha and the draft costs stay `base`'s."""
+    import hashlib
+    import json
+    import sys
+    from dataclasses import replace
+
+    from . import kernels
+    from .files import atomic_file
+    from .model.loader import home
+    cpu = kernels.cpu_flags_lines() if model.device.type == "cpu" else [torch.cuda.get_device_name(model.device)]
+    key = hashlib.sha1(json.dumps([cpu, torch.__version__, torch.get_num_threads(), name, dtype, str(model.device),
+                                   kernels.status()]).encode()).hexdigest()[:12]
+    path = home() / "profiles" / f"costs-{key}.json"
+    try:
+        measured = json.loads(path.read_text())
+    except (OSError, ValueError):
+        print("verispec: measuring this machine's verify costs for --k auto (once, a few seconds) ...", file=sys.stderr)
+        times = cost_curve(model, list(range(1, 13)), 256, 3)
+        measured = {"curve": {n: t / times[1] for n, t in times.items()},
+                    "tree_curve": tree_costs(model, [4, 8, 16, 32], 256, 3)}
+        with atomic_file(path) as f:
+            json.dump(measured, f)
+    curve = {int(n): float(v) for n, v in measured["curve"].items()}
+    trees = {int(n): float(v) for n, v in measured["tree_curve"].items()}
+    return replace(base, curve=curve, tree_curve=trees, meta={**base.meta, "verify_costs": f"this machine ({path})"})
+
+
 def default_profile_path(folder: str, dtype: str, device) -> "Path":
     from pathlib import Path
 

@@ -19,6 +19,15 @@ FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fno-fast-mat
 _state: dict = {}
 
 
+def cpu_flags_lines() -> list[str]:
+    """The CPU's model name and feature flags as /proc/cpuinfo gives them (empty where it cannot be read)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []
+    return [line for line in lines if line.startswith(("model name", "flags"))][:2]
+
+
 def cpu_flags() -> set[str]:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
