@@ -2,7 +2,7 @@
 trees of 4, 8, 16, 32 and 64 nodes (+ root), after 256 cached tokens, medians of 15 passes, default model.
 Run it from two checkouts to compare versions side by side:
 
-    python scripts/tree_cost.py [--dtype bf16|fp32]
+    python scripts/tree_cost.py [fp32]
     PYTHONPATH=/path/to/other/checkout python scripts/tree_cost.py
 """
 import statistics
@@ -49,4 +49,4 @@ def main(context=256, dtype="bf16"):
 
 
 if __name__ == "__main__":
-    main(dtype="fp32" if "--dtype=fp32" in sys.argv or "fp32" in sys.argv[1:] else "bf16")
+    main(dtype="fp32" if "fp32" in sys.argv[1:] else "bf16")

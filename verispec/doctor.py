@@ -20,19 +20,12 @@ def machine_lines() -> list[str]:
     flags = kernels.cpu_flags()
     shown = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
              if f in flags]
-    model = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), "?")
+    model = next((line.split(":", 1)[1].strip() for line in kernels.cpu_flags_lines()
+                  if line.startswith("model name")), "?")
     return [f"machine: {platform.machine()}, {model}, {torch.get_num_threads()} threads",
             f"cpu features: {' '.join(shown) or 'none of interest'}",
             f"torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}, "
             f"python {platform.python_version()}"]
-
-
-def _cpuinfo() -> list[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return f.read().splitlines()
-    except OSError:
-        return []
 
 
 def checks(model, rows: int) -> list[tuple[str, bool]]:
@@ -83,6 +76,9 @@ def checks(model, rows: int) -> list[tuple[str, bool]]:
 
 def cmd_doctor(args) -> int:
     from .api import Target
+    if args.rows < 1:
+        print("verispec: error: --rows must be >= 1", file=sys.stderr)
+        return 2
     for line in machine_lines():
         print(line)
     why = kernels.status()
@@ -90,9 +86,6 @@ def cmd_doctor(args) -> int:
     target = Target.load(args.model, args.dtype, args.device)
     device = target.model.device
     print(f"model: {target.folder} ({args.dtype}, {device})")
-    if args.rows < 1:
-        print("verispec: error: --rows must be >= 1", file=sys.stderr)
-        return 2
     results = checks(target.model, args.rows)
     for what, held in results:
         print(f"  {'ok  ' if held else 'FAIL'} {what}")

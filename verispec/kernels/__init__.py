@@ -29,13 +29,8 @@ def cpu_flags_lines() -> list[str]:
 
 
 def cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    flags = [line for line in cpu_flags_lines() if line.startswith("flags")]
+    return set(flags[0].split(":", 1)[1].split()) if flags else set()
 
 
 def unavailable_reason() -> str | None:

@@ -161,6 +161,11 @@ class Rows:
     def sizes(self) -> list[int]:
         return [n for *_, n in self.segments]
 
+    def caches(self, layer: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Each segment's keys and values of `layer`: two lists of [kv_heads, capacity, d]."""
+        kv = [(c.layers[layer][0][b], c.layers[layer][1][b]) for c, b, _, _ in self.segments]
+        return [k for k, _ in kv], [v for _, v in kv]
+
     @classmethod
     def plan(cls, segments: list[tuple]) -> "Rows":
         """segments: [(cache, batch index, n new rows, mask [n, start + n] bool or None (causal))]."""
@@ -194,9 +199,8 @@ def attend(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows: Rows, 
     fp32 RoPE angles per row. Rotates q and k, writes each row's k and v into its cache slot, and attends each row
     over its own keys (`Rows`) -> [R, heads * d] fp32."""
     k = kernels.load()
-    kv = [(c.layers[layer][0][b], c.layers[layer][1][b]) for c, b, _, _ in rows.segments]   # [kv_heads, cap, d]
-    ks, vs = [a for a, _ in kv], [v for _, v in kv]
-    scale = kv[0][0].shape[-1] ** -0.5
+    ks, vs = rows.caches(layer)
+    scale = ks[0].shape[-1] ** -0.5
     call = (lambda i, j: k.attention_step(qkv[i:j], cos[i:j], sin[i:j], ks, vs, rows.seq[i:j], rows.slot[i:j],
                                           rows.ctx[i:j], rows.extra[i:j], rows.n_extra[i:j], heads, scale, CHUNK))
     if _reference[0] and qkv.shape[0] > 1:   # rows in order: each needs only its own and earlier rows' keys
@@ -219,11 +223,10 @@ def layer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
     params = [block.attn_norm.weight32(), wqkv, empty if bqkv is None else bqkv, wo, block.mlp_norm.weight32(),
               w13, w2]
     widths = [a.wqkv.out_features, a.wo.out_features, m.w13.out_features, m.w2.out_features]
-    kv = [(c.layers[index][0][b], c.layers[index][1][b]) for c, b, _, _ in rows.segments]
+    ks, vs = rows.caches(index)
     b, t, d = x.shape
     cos, sin = (r.reshape(b * t, -1) for r in rope)
-    y = kernels.load().layer(x.reshape(b * t, d), params, widths, cos, sin, [k for k, _ in kv], [v for _, v in kv],
-                             rows.seq, rows.slot, rows.ctx, rows.extra, rows.n_extra, a.h, block.attn_norm.eps,
+    y = kernels.load().layer(x.reshape(b * t, d), params, widths, cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx, rows.extra, rows.n_extra, a.h, block.attn_norm.eps,
                              a.d ** -0.5, CHUNK)
     return y.view(b, t, d)
 
@@ -231,15 +234,9 @@ def layer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
 def attend_dense(q: torch.Tensor, rows: Rows, layer: int) -> torch.Tensor:
     """q [R, H, d] (after RoPE; keys and values already cached) -> [R, H, d] fp32, with PyTorch's attention and a
     dense mask per segment: the same keys, not row-invariant (the fallback)."""
-    kv = [(c.layers[layer][0][b], c.layers[layer][1][b]) for c, b, _, _ in rows.segments]
-    return _attend_dense(q, rows, kv, q.shape[-1] ** -0.5)
-
-
-def _attend_dense(q, rows: Rows, kv, scale) -> torch.Tensor:
-    """PyTorch's attention with a dense mask per segment: the same keys, not row-invariant (the fallback)."""
+    ks, vs = rows.caches(layer)
     out, first = [], 0
-    for s, (_, _, start, n) in enumerate(rows.segments):
-        k, v = kv[s]
+    for k, v, (_, _, start, n) in zip(ks, vs, rows.segments):
         width = start + n
         visible = torch.arange(width)[None, :] < rows.ctx[first:first + n, None]             # [n, S]
         e = rows.extra[first:first + n]
@@ -248,7 +245,8 @@ def _attend_dense(q, rows: Rows, kv, scale) -> torch.Tensor:
             visible.scatter_(1, e.clamp(max=width - 1), valid | visible.gather(1, e.clamp(max=width - 1)))
         mask = visible.to(q.device)[None, None]                                                # [1, 1, n, S]
         y = F.scaled_dot_product_attention(q[first:first + n].transpose(0, 1)[None], k[None, :, :width],
-                                           v[None, :, :width], attn_mask=mask, scale=scale, enable_gqa=True)
+                                           v[None, :, :width], attn_mask=mask, scale=q.shape[-1] ** -0.5,
+                                           enable_gqa=True)
         out.append(y[0].transpose(0, 1).float())
         first += n
     return torch.cat(out)
