@@ -15,7 +15,7 @@ import torch
 from .autok import CostProfile
 from .engine import Engine, GenerationConfig
 from .errors import VerispecError
-from .model import loader
+from .model import catalog, loader
 from .model.llama import Llama
 from .model.tokenizer import StreamDecoder, Tokenizer
 from .proposers.base import Proposer
@@ -45,31 +45,39 @@ class Target:
     folder: str
     dtype: str
     is_default: bool = False      # the embedded default model (which has a shipped default draft)
+    name: str | None = None       # its catalog name, for a named model (`verispec fetch --model NAME`)
 
     @classmethod
     def load(cls, model: str | None = None, dtype: str = "bf16", device: str | None = None) -> "Target":
         m, tok, folder = loader.load(model, dtype, pick_device(device))
         if tok.vocab_size > m.cfg.vocab_size:
             raise VerispecError(f"tokenizer has {tok.vocab_size} tokens but the model only {m.cfg.vocab_size}")
-        return cls(m, tok, str(folder), dtype, model in (None, "default"))
+        named = catalog.DEFAULT if model in (None, "default") else str(model).lower()
+        return cls(m, tok, str(folder), dtype, named == catalog.DEFAULT,
+                   named if catalog.entry(named) is not None else None)
 
     def profile(self) -> CostProfile:
         """The cost model behind `--k auto`: this machine's `verispec profile` output if there is one, else the
-        profile shipped for the default model with this machine's verify costs (measured once, cached), else
-        built-in conservative defaults."""
+        profile shipped for this named model and dtype with this machine's verify costs (measured once, cached),
+        else built-in conservative defaults."""
         from .profile import default_profile_path
         mine = default_profile_path(self.folder, self.dtype, self.model.device)
         if mine.exists():
             return CostProfile.load(mine)
         from .profile import machine_costs
-        shipped = SHIPPED_PROFILES / f"default-{self.dtype}-{self.model.device.type}.json"
-        if self.is_default and shipped.exists():   # its acceptance, and this machine's verify costs
+        shipped = SHIPPED_PROFILES / f"{'default' if self.is_default else self.name}-{self.dtype}-" \
+                                     f"{self.model.device.type}.json"
+        if self.name and shipped.exists():   # the named model's shipped acceptance, this machine's verify costs
             return machine_costs(self.model, CostProfile.load(shipped), Path(self.folder).name, self.dtype)
         return CostProfile()
 
 
 def default_draft(target: Target, shipped: Path = DEFAULT_DRAFT, what: str = "draft") -> str:
-    """The shipped distilled draft (or Medusa heads), for the default target only."""
+    """The shipped distilled draft (or Medusa heads) of the default target, or a named target's named draft model
+    (the catalog's `draft`: Qwen2.5-Coder-1.5B's is Qwen2.5-Coder-0.5B)."""
+    paired = catalog.entry(target.name).get("draft") if target.name and not target.is_default else None
+    if paired and what == "draft":
+        return paired
     if not target.is_default:
         raise VerispecError(f"--method {what} needs --draft PATH for this model (trained for it with `verispec "
                             f"train-{what}`); the shipped {what} only fits the default SmolLM2-135M-Instruct")

@@ -146,9 +146,10 @@ def cmd_bench(args) -> int:
     prompts = select(load_prompts(args.prompts), args.limit)
     target = Target.load(args.model, args.dtype, args.device)
     hf_methods = [m for m in methods if m.startswith("hf-")]
+    cpp_methods = [m for m in methods if m.startswith("llamacpp-")]
     engines = {"plain": (Engine(target.model), 1)}
     for m in methods[1:]:
-        if m not in hf_methods:
+        if m not in hf_methods and m not in cpp_methods:
             for k in ks:
                 label = m if len(ks) == 1 else f"{m}@auto" if k == "auto" else f"{m}@k{k}"
                 tree = args.tree if m in TREE_METHODS else None
@@ -156,10 +157,14 @@ def cmd_bench(args) -> int:
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, seed=args.seed, acceptance=args.acceptance,
                            sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
                            stop_token_ids=target.tokenizer.stop_token_ids)
-    extra = None
+    peers = []
     if hf_methods:
         from .hf_compare import HFRunner
-        extra = HFRunner(target, hf_methods, cfg, args.draft)
+        peers.append(HFRunner(target, hf_methods, cfg, args.draft))
+    if cpp_methods:
+        from .peers import LlamaCppRunner
+        peers.append(LlamaCppRunner(target, cpp_methods, cfg))
+    extra = (lambda ids, plain: {m: s for peer in peers for m, s in peer(ids, plain).items()}) if peers else None
     results, runs = run_bench(target, engines, prompts, cfg, not args.no_chat, extra, repeats=args.repeats)
     if args.acceptance == "typical":
         print("typical acceptance (LOSSY) for the tree methods; the others decode exactly")

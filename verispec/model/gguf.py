@@ -1,9 +1,10 @@
-"""Convert a llama-architecture GGUF file into a Hugging Face-style model folder, once.
+"""Convert a Llama or Qwen2 GGUF file into a Hugging Face-style model folder, once.
 
 The folder holds `model.safetensors` (dequantized fp32, HF tensor names), `config.json`, `tokenizer.json` and
 `tokenizer_config.json` (with the chat template), so both verispec and `transformers` can load it.
 llama.cpp's converter permutes the rows of the Q and K projections into its interleaved rotary layout; we undo
-that here so the weights match the checkpoint the GGUF was made from (rotate-half RoPE).
+that here so the weights match the checkpoint the GGUF was made from (rotate-half RoPE). Qwen2 files keep the
+checkpoint's order (llama.cpp runs them with NeoX-style RoPE), and add q, k and v biases.
 """
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ _LAYER_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_laye
                 "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
                 "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
                 "ffn_down": "mlp.down_proj"}
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+# Qwen2's split of text into words (as in its Hugging Face tokenizer.json and llama.cpp's "qwen2" pre-tokenizer)
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+               r"|\s+(?!\S)|\s+")
+SHARD_BYTES = 1 << 30
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
@@ -44,7 +50,8 @@ def _field(reader, key, default=None):
 
 
 def read_gguf(path: Path, announce: str | None = None):
-    """Return (hf_config dict, {hf_name: fp32 array}, tokenizer_json dict, tokenizer_config dict).
+    """Return (hf_config dict, tensors, tokenizer_json dict, tokenizer_config dict); tensors yields
+    (hf_name, fp32 array) pairs, one tensor dequantized at a time.
 
     `announce` is printed to stderr once the file has proved readable, before the slow dequantization.
     """
@@ -55,9 +62,9 @@ def read_gguf(path: Path, announce: str | None = None):
     except Exception as e:  # corrupt header, truncated file, not a GGUF at all
         raise VerispecError(f"cannot read GGUF file {path}: {e}") from None
     arch = _field(reader, "general.architecture")
-    if arch != "llama":
-        raise VerispecError(f"{path}: architecture {arch!r} is not supported (only 'llama')")
-    a = lambda key, default=None: _field(reader, f"llama.{key}", default)  # noqa: E731
+    if arch not in ARCHITECTURES:
+        raise VerispecError(f"{path}: architecture {arch!r} is not supported (only {', '.join(ARCHITECTURES)})")
+    a = lambda key, default=None: _field(reader, f"{arch}.{key}", default)  # noqa: E731
     n_head, n_kv = int(a("attention.head_count")), int(a("attention.head_count_kv", a("attention.head_count")))
     if tokens is None:
         raise VerispecError(f"{path}: no tokenizer inside the GGUF file")
@@ -65,7 +72,7 @@ def read_gguf(path: Path, announce: str | None = None):
         print(announce, file=sys.stderr)
     names = {t.name for t in reader.tensors}
     config = {
-        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
+        "model_type": arch, "architectures": [ARCHITECTURES[arch]], "hidden_act": "silu",
         "vocab_size": len(tokens), "hidden_size": int(a("embedding_length")),
         "intermediate_size": int(a("feed_forward_length")), "num_hidden_layers": int(a("block_count")),
         "num_attention_heads": n_head, "num_key_value_heads": n_kv,
@@ -76,28 +83,34 @@ def read_gguf(path: Path, announce: str | None = None):
         "bos_token_id": int(_field(reader, "tokenizer.ggml.bos_token_id", 1)),
         "eos_token_id": int(_field(reader, "tokenizer.ggml.eos_token_id", 2)),
     }
-    tensors = {}
-    for t in reader.tensors:
-        w = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32, order="C", copy=True)
-        if t.name.endswith("attn_q.weight"):
-            w = unpermute_rotary(w, n_head)
-        elif t.name.endswith("attn_k.weight"):
-            w = unpermute_rotary(w, n_kv)
-        tensors[hf_name(t.name)] = w
+
+    def tensors():
+        for t in reader.tensors:
+            w = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32, order="C", copy=True)
+            if arch == "llama" and t.name.endswith("attn_q.weight"):
+                w = unpermute_rotary(w, n_head)
+            elif arch == "llama" and t.name.endswith("attn_k.weight"):
+                w = unpermute_rotary(w, n_kv)
+            yield hf_name(t.name), w
     tok_json, tok_cfg = _tokenizer(reader, tokens, config)
-    return config, tensors, tok_json, tok_cfg
+    return config, tensors(), tok_json, tok_cfg
 
 
 def _tokenizer(reader, tokens, config):
     if _field(reader, "tokenizer.ggml.model") != "gpt2":
         raise VerispecError("only byte-level BPE (gpt2-style) GGUF tokenizers are supported")
-    from tokenizers import Tokenizer, decoders, pre_tokenizers
+    from tokenizers import Regex, Tokenizer, decoders, pre_tokenizers
     from tokenizers.models import BPE
     merges = [tuple(m.split(" ", 1)) for m in _field(reader, "tokenizer.ggml.merges")]
     tok = Tokenizer(BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False))
-    pre = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
-    if _field(reader, "tokenizer.ggml.pre") in ("smollm", "starcoder", "refact"):  # llama.cpp splits every digit
-        pre.insert(0, pre_tokenizers.Digits(individual_digits=True))
+    kind = _field(reader, "tokenizer.ggml.pre")
+    if kind == "qwen2":  # as llama.cpp and transformers read the file: no NFC normalization, unlike Qwen's own
+        pre = [pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated"),
+               pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+    else:
+        pre = [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
+        if kind in ("smollm", "starcoder", "refact"):  # llama.cpp splits every digit
+            pre.insert(0, pre_tokenizers.Digits(individual_digits=True))
     tok.pre_tokenizer = pre_tokenizers.Sequence(pre)
     tok.decoder = decoders.ByteLevel()
     types = _field(reader, "tokenizer.ggml.token_type")
@@ -111,16 +124,57 @@ def _tokenizer(reader, tokens, config):
     return json.loads(tok.to_str()), tok_cfg
 
 
-def convert_gguf(path: Path, out_dir: Path) -> Path:
-    """Dequantize `path` into the model folder `out_dir`, atomically (a half-written folder never appears)."""
+def convert_gguf(path: Path, out_dir: Path, weights: bool = True) -> Path:
+    """Dequantize `path` into the model folder `out_dir`, atomically (a half-written folder never appears).
+    weights=False writes the config, tokenizer and `source.json` only (for --dtype gguf, which reads the file)."""
     import torch
     from safetensors.torch import save_file
     config, tensors, tok_json, tok_cfg = read_gguf(
-        path, f"verispec: dequantizing {Path(path).name} into {out_dir} (once) ...")
+        path, f"verispec: dequantizing {Path(path).name} into {out_dir} (once) ..." if weights else None)
     with atomic_dir(out_dir) as tmp:
-        save_file({k: torch.from_numpy(v) for k, v in tensors.items()}, str(tmp / "model.safetensors"),
-                  metadata={"format": "pt", "source": Path(path).name})
+        shard, size, n = {}, 0, 0
+        for name, w in tensors if weights else ():   # shards of about 1 GiB: memory stays near one shard
+            shard[name], size = torch.from_numpy(w), size + w.nbytes
+            if size >= SHARD_BYTES:
+                n += 1
+                save_file(shard, str(tmp / f"model-{n:05d}.safetensors"), metadata={"format": "pt", "source": Path(path).name})
+                shard, size = {}, 0
+        if shard:
+            name = "model.safetensors" if n == 0 else f"model-{n + 1:05d}.safetensors"
+            save_file(shard, str(tmp / name), metadata={"format": "pt", "source": Path(path).name})
         (tmp / "config.json").write_text(json.dumps(config, indent=2))
         (tmp / "tokenizer.json").write_text(json.dumps(tok_json, ensure_ascii=False))
         (tmp / "tokenizer_config.json").write_text(json.dumps(tok_cfg, indent=2))
+        (tmp / "source.json").write_text(json.dumps({"gguf": str(Path(path).resolve())}))
     return out_dir
+
+
+def quantized_weights(path: Path, cfg) -> tuple[dict, dict]:
+    """The GGUF at `path` as the model `cfg` describes it, its quantized matrices left quantized.
+
+    Returns (hf, packed): hf maps Hugging Face names to fp32 tensors (embeddings, norms, biases, and matrices stored
+    unquantized) and, for each quantized matrix, to a meta tensor of its shape; packed maps those names to
+    `quant.Packed` (the kernel's layout of the file's own blocks). The fp32 embedding is the file's dequantization.
+    """
+    import gguf
+    import torch
+
+    from . import quant
+    reader = gguf.GGUFReader(str(path))
+    arch = _field(reader, "general.architecture")
+    hf, packed = {}, {}
+    for t in reader.tensors:
+        name, kind = hf_name(t.name), t.tensor_type.name
+        if len(t.shape) == 2 and kind in quant.TYPES and name != "model.embed_tokens.weight":
+            n, k = int(t.shape[1]), int(t.shape[0])
+            raw = np.asarray(t.data).reshape(n, -1)                                 # [N, bytes per row]
+            if arch == "llama" and t.name.endswith(("attn_q.weight", "attn_k.weight")):   # whole rows move
+                raw = unpermute_rotary(raw, cfg.num_heads if "attn_q" in t.name else cfg.num_kv_heads)
+            packed[name] = quant.pack(raw, kind, n, k)
+            hf[name] = torch.empty(n, k, device="meta")
+        else:
+            w = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32, order="C", copy=True)
+            if arch == "llama" and t.name.endswith(("attn_q.weight", "attn_k.weight")):
+                w = unpermute_rotary(w, cfg.num_heads if "attn_q" in t.name else cfg.num_kv_heads)
+            hf[name] = torch.from_numpy(w)
+    return hf, packed

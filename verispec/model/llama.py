@@ -50,12 +50,16 @@ class LlamaConfig:
            "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
            "num_kv_heads": "num_key_value_heads", "rope_theta": "rope_theta", "rms_eps": "rms_norm_eps",
            "max_position": "max_position_embeddings", "tie_embeddings": "tie_word_embeddings",
-           "head_tokens": "verispec_head_tokens", "embed_from_target": "verispec_embed_from_target"}
+           "head_tokens": "verispec_head_tokens", "embed_from_target": "verispec_embed_from_target",
+           "attention_bias": "attention_bias"}
 
     @classmethod
     def from_hf(cls, hf: dict) -> "LlamaConfig":
-        if hf.get("model_type", "llama") != "llama":
-            raise ValueError(f"unsupported model_type {hf.get('model_type')!r}: only Llama-family models")
+        kind = hf.get("model_type", "llama")
+        if kind not in ("llama", "qwen2"):
+            raise ValueError(f"unsupported model_type {kind!r}: only Llama and Qwen2 models")
+        if kind == "qwen2":                     # Qwen2: biases on q, k and v, always
+            hf = {**hf, "attention_bias": True}
         rope = hf.get("rope_parameters") or {}
         hf = {**hf, "rope_theta": hf.get("rope_theta", rope.get("rope_theta", 10000.0))}
         if hf.get("num_key_value_heads") is None:
@@ -65,7 +69,8 @@ class LlamaConfig:
                       if ours in known and theirs in hf})
 
     def to_hf(self) -> dict:
-        return {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_act": "silu",
+        kind = ("qwen2", "Qwen2ForCausalLM") if self.attention_bias else ("llama", "LlamaForCausalLM")
+        return {"model_type": kind[0], "architectures": [kind[1]], "hidden_act": "silu",
                 "head_dim": self.head_dim, **{theirs: asdict(self)[ours] for ours, theirs in self._HF.items()}}
 
     def to_json(self) -> str:
@@ -123,7 +128,7 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x, rope, rows, layer):
-        if rows is not None and rows.kernels and ops.fused(x):  # decoding on the kernels: one call
+        if rows is not None and rows.kernels and ops.fused(x) and self.attn.wqkv.quant is None:  # one kernel call
             return ops.layer(self, x, rope, rows, layer)
         x = x + self.attn(self.attn_norm(x), rope, rows, layer)
         return x + self.mlp(self.mlp_norm(x))

