@@ -4,10 +4,12 @@
 // The weights come repacked by verispec/model/quant.py (`pack`) into panels of 16 outputs, like `linear`'s: one k
 // step reads 16 outputs' quantized values (8 or 16 bytes) and turns them into two __m256 of the exact fp32
 // weights gguf-py's dequantize makes (same operations, same single rounding):
-//   Q8_0, Q5_0  w = d * q            d fp16 [P, K/32, 16], q int8 [P, K, 16] (Q5_0: q - 16)
-//   Q6_K        w = (d * sc) * q     d fp16 [P, K/256, 16], sc int8 [P, K/16, 16], q int8 [P, K, 16] (q - 32)
+//   Q8_0, Q5_0  w = d * q            d fp16 [P, K/32, 16], q int8 [P, K/4, 16, 4] (Q5_0: q - 16)
+//   Q6_K        w = (d * sc) * q     d fp16 [P, K/256, 16], sc int8 [P, K/16, 16], q int8 [P, K/4, 16, 4] (q - 32)
 //   Q4_K        w = fma(d * sc, q, -(dmin * m))   d, dmin fp16 [P, K/256, 16]; sc, m uint8 [P, K/32, 16];
-//                                                  q nibbles [P, K, 8]: byte j = output j | output j+8 << 4
+//                                                  q nibbles [P, K/8, 16, 4]
+// q holds, per output, its next 4 (int8) or 8 (nibbles) k in one little-endian 32-bit word, k ascending from the
+// low bits, so 16 outputs' words for a chunk of k are two 32-byte loads, unpacked with shifts and masks.
 // (d * sc, dmin * m and (d * sc) * q of Q4_K are exact in fp32, so the fma rounds once, where numpy's d*q - dm
 // does.) Each output is then the fp32 `linear` chain: acc = fma(x[m, k], w[n, k], acc), k ascending from 0.
 // One row streams the packed bytes straight into the FMAs; several rows dequantize each 128-k block of a panel
@@ -16,6 +18,8 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include "simd.h"
+#include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -32,55 +36,82 @@ inline __m256 i8_to_f(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi3
 inline __m256 u8_to_f(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }    // low 8 uint8
 inline __m128i load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 
-// One panel of a packed weight: the current scale group's fp32 scales s (and Q4_K's offsets o = -dmin * m) for
-// its 16 outputs, and the weights of one k from them.
+template <int I, int U, typename F>
+inline void unroll(F&& f) {   // f(integral_constant<int, I>) for I .. U-1, each with a compile-time index
+  if constexpr (I < U) { f(std::integral_constant<int, I>{}); unroll<I + 1, U>(f); }
+}
+
+// One panel of a packed weight: the current scale group's fp32 scales (and Q4_K's offsets o = -dmin * m) for its
+// 16 outputs, the current chunk of U k (one 32-bit word per output: r0 outputs 0-7, r1 outputs 8-15), and the
+// weights of the chunk's I-th k from them.
+//   int8 kinds: q = the word's byte I, sign-extended by two shifts; w = s * q
+//   Q4_K: nibble I masked in place, u = q * 2^(4I) (exact in fp32); w = fma(s * 2^-4I, u, o), the same exact
+//   product s * q as fma(s, q, o), so the same single rounding. The last nibble is shifted down instead (the mask
+//   would make it a negative int32).
 template <int KIND>
 struct Panel {
   static constexpr int64_t G = KIND == Q6_K ? 16 : 32;          // k per scale group
-  static constexpr int64_t QB = KIND == Q4_K ? 8 : 16;          // bytes of q per k
-  const uint8_t* q;
+  static constexpr int U = KIND == Q4_K ? 8 : 4;                 // k per chunk (per 32-bit word)
+  static constexpr int NS = KIND == Q4_K ? 8 : 1;                // scale vectors per half panel
+  const uint8_t* q;                                              // this panel's [K/U, 16, 4] bytes
   const QWeight& w;
   int64_t p;
-  __m256 s0, s1, o0, o1;
+  __m256i r0, r1;
+  __m256 s[NS][2], o0, o1;
 
-  Panel(const QWeight& w_, int64_t p_) : q(w_.q + p_ * w_.K * QB), w(w_), p(p_) {}
+  Panel(const QWeight& w_, int64_t p_) : q(w_.q + p_ * (w_.K / U) * 64), w(w_), p(p_) {}
 
   void scales(int64_t k) {   // k: the first k of a scale group
     const int64_t K = w.K;
     if (KIND == Q8_0 || KIND == Q5_0) {
       const at::Half* d = w.d + (p * (K / 32) + k / 32) * 16;
-      s0 = load8(d), s1 = load8(d + 8);
+      s[0][0] = load8(d), s[0][1] = load8(d + 8);
       return;
     }
     const int64_t sb = (p * (K / 256) + k / 256) * 16;           // the 256-k super-block's d (and dmin)
     const __m256 d0 = load8(w.d + sb), d1 = load8(w.d + sb + 8);
     const __m128i sc = load16(w.sc + (p * (K / G) + k / G) * 16);
     if (KIND == Q6_K) {                                          // int8 scales; d * sc is exact
-      s0 = _mm256_mul_ps(d0, i8_to_f(sc)), s1 = _mm256_mul_ps(d1, i8_to_f(_mm_unpackhi_epi64(sc, sc)));
+      s[0][0] = _mm256_mul_ps(d0, i8_to_f(sc)), s[0][1] = _mm256_mul_ps(d1, i8_to_f(_mm_unpackhi_epi64(sc, sc)));
     } else {                                                     // Q4_K: uint8 scales and mins, all exact
       const __m128i mn = load16(w.mn + (p * (K / G) + k / G) * 16);
       const __m256 neg = _mm256_set1_ps(-0.0f);
-      s0 = _mm256_mul_ps(d0, u8_to_f(sc)), s1 = _mm256_mul_ps(d1, u8_to_f(_mm_unpackhi_epi64(sc, sc)));
+      s[0][0] = _mm256_mul_ps(d0, u8_to_f(sc)), s[0][1] = _mm256_mul_ps(d1, u8_to_f(_mm_unpackhi_epi64(sc, sc)));
+      static constexpr float pow16[8] = {0x1p0f, 0x1p-4f, 0x1p-8f, 0x1p-12f, 0x1p-16f, 0x1p-20f, 0x1p-24f, 0x1p-28f};
+      for (int i = 1; i < NS; ++i) {                             // s * 2^-4i: exact (no underflow: |s| >= 2^-24)
+        const __m256 f = _mm256_set1_ps(pow16[i]);
+        s[i][0] = _mm256_mul_ps(s[0][0], f), s[i][1] = _mm256_mul_ps(s[0][1], f);
+      }
       const __m256 m0 = load8(w.dmin + sb), m1 = load8(w.dmin + sb + 8);
       o0 = _mm256_xor_ps(neg, _mm256_mul_ps(m0, u8_to_f(mn)));
       o1 = _mm256_xor_ps(neg, _mm256_mul_ps(m1, u8_to_f(_mm_unpackhi_epi64(mn, mn))));
     }
   }
 
-  inline void weights(int64_t k, __m256& w0, __m256& w1) const {   // the 16 outputs' fp32 weights at k
-    if (KIND == Q4_K) {
-      const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + k * 8)));
-      const __m256 q0 = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
-      const __m256 q1 = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
-      w0 = _mm256_fmadd_ps(s0, q0, o0), w1 = _mm256_fmadd_ps(s1, q1, o1);
-    } else {
-      const __m128i b = load16(q + k * 16);
-      w0 = _mm256_mul_ps(s0, i8_to_f(b)), w1 = _mm256_mul_ps(s1, i8_to_f(_mm_unpackhi_epi64(b, b)));
-    }
+  inline void load(int64_t k) {   // the chunk starting at k (a multiple of U); prefetch 1 KiB ahead
+    const uint8_t* c = q + k / U * 64;
+    _mm_prefetch(reinterpret_cast<const char*>(c + 1024), _MM_HINT_T0);
+    r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
+    r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32));
   }
 
-  inline void prefetch(int64_t k) const {   // 1 KiB of q ahead, once per cache line
-    if ((k * QB & 63) == 0) _mm_prefetch(reinterpret_cast<const char*>(q + k * QB + 1024), _MM_HINT_T0);
+  template <int I>
+  static inline __m256i field(__m256i r) {
+    if constexpr (KIND == Q4_K && I == 7) return _mm256_srli_epi32(r, 28);
+    else if constexpr (KIND == Q4_K) return _mm256_and_si256(r, _mm256_set1_epi32(15 << (4 * I)));
+    else if constexpr (I == 3) return _mm256_srai_epi32(r, 24);
+    else return _mm256_srai_epi32(_mm256_slli_epi32(r, 24 - 8 * I), 24);
+  }
+
+  template <int I>
+  inline void weights(__m256& w0, __m256& w1) const {   // the 16 outputs' fp32 weights at the chunk's k + I
+    const __m256 q0 = _mm256_cvtepi32_ps(field<I>(r0)), q1 = _mm256_cvtepi32_ps(field<I>(r1));
+    if constexpr (KIND == Q4_K) {
+      constexpr int S = I == 7 ? 0 : I;                         // the shifted-down last nibble takes s itself
+      w0 = _mm256_fmadd_ps(s[S][0], q0, o0), w1 = _mm256_fmadd_ps(s[S][1], q1, o1);
+    } else {
+      w0 = _mm256_mul_ps(s[0][0], q0), w1 = _mm256_mul_ps(s[0][1], q1);
+    }
   }
 };
 
@@ -93,17 +124,20 @@ void row_panels(const QWeight& w, int64_t p, const float* x, float* acc_out /*[N
   for (int64_t g = 0; g < w.K; g += PW::G) {
     a.scales(g);
     if (NP == 2) b.scales(g);
-    for (int64_t k = g; k < g + PW::G; ++k) {
-      a.prefetch(k);
-      if (NP == 2) b.prefetch(k);
-      const __m256 xb = _mm256_broadcast_ss(x + k);
-      __m256 w0, w1;
-      a.weights(k, w0, w1);
-      acc[0] = _mm256_fmadd_ps(xb, w0, acc[0]), acc[1] = _mm256_fmadd_ps(xb, w1, acc[1]);
-      if (NP == 2) {
-        b.weights(k, w0, w1);
-        acc[2] = _mm256_fmadd_ps(xb, w0, acc[2]), acc[3] = _mm256_fmadd_ps(xb, w1, acc[3]);
-      }
+    for (int64_t k = g; k < g + PW::G; k += PW::U) {
+      a.load(k);
+      if (NP == 2) b.load(k);
+      unroll<0, PW::U>([&](auto i) {
+        constexpr int I = decltype(i)::value;
+        const __m256 xb = _mm256_broadcast_ss(x + k + I);
+        __m256 w0, w1;
+        a.template weights<I>(w0, w1);
+        acc[0] = _mm256_fmadd_ps(xb, w0, acc[0]), acc[1] = _mm256_fmadd_ps(xb, w1, acc[1]);
+        if (NP == 2) {
+          b.template weights<I>(w0, w1);
+          acc[2] = _mm256_fmadd_ps(xb, w0, acc[2]), acc[3] = _mm256_fmadd_ps(xb, w1, acc[3]);
+        }
+      });
     }
   }
   for (int j = 0; j < 2 * NP; ++j) _mm256_storeu_ps(acc_out + 8 * j, acc[j]);
@@ -115,10 +149,15 @@ void dequant_block(const QWeight& w, int64_t p, int64_t k0, int64_t k1, float* b
   Panel<KIND> a(w, p);
   for (int64_t g = k0; g < k1; g += Panel<KIND>::G) {
     a.scales(g);
-    for (int64_t k = g; k < g + Panel<KIND>::G; ++k) {
-      __m256 w0, w1;
-      a.weights(k, w0, w1);
-      _mm256_storeu_ps(buf + (k - k0) * 16, w0), _mm256_storeu_ps(buf + (k - k0) * 16 + 8, w1);
+    for (int64_t k = g; k < g + Panel<KIND>::G; k += Panel<KIND>::U) {
+      a.load(k);
+      unroll<0, Panel<KIND>::U>([&](auto i) {
+        constexpr int I = decltype(i)::value;
+        __m256 w0, w1;
+        a.template weights<I>(w0, w1);
+        float* o = buf + (k + I - k0) * 16;
+        _mm256_storeu_ps(o, w0), _mm256_storeu_ps(o + 8, w1);
+      });
     }
   }
 }
@@ -192,7 +231,7 @@ torch::Tensor qlinear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Ten
   TORCH_CHECK(kind >= 0 && kind <= 3, "qlinear: unknown kind ", kind);
   const int64_t M = x.size(0), K = x.size(1), P = (N + 15) / 16, block = kind >= Q6_K ? 256 : 32;
   TORCH_CHECK(N > 0 && K % block == 0, "qlinear: K = ", K, " must be a multiple of ", block);
-  check(q, kind == Q8_0 || kind == Q5_0 || kind == Q6_K ? at::kChar : at::kByte, {P, K, kind == Q4_K ? 8 : 16}, "q");
+  check(q, kind == Q4_K ? at::kByte : at::kChar, {P, K / (kind == Q4_K ? 8 : 4), 16, 4}, "q");
   check(d, at::kHalf, {P, K / block, 16}, "d");
   if (kind == Q6_K) check(sc, at::kChar, {P, K / 16, 16}, "sc");
   if (kind == Q4_K) {

@@ -35,8 +35,9 @@ _EMPTY = torch.empty(0, dtype=torch.uint8)
 class Packed:
     """One quantized weight [N, K] in the kernel's layout (P = ceil(N / 16) panels of 16 outputs; padding is 0).
 
-    q     Q4_K: uint8 [P, K, 8], byte j = output j's 4-bit q | output j+8's << 4; others int8 [P, K, 16] (q - 16,
-          q - 32 or q: the signed integer the formula multiplies)
+    q     Q4_K: uint8 [P, K/8, 16, 4]: per 8 k and output, one little-endian 32-bit word of 8 nibbles, k ascending
+          from bit 0; others int8 [P, K/4, 16, 4]: per 4 k and output, 4 bytes, k ascending (q - 16, q - 32 or q:
+          the signed integer the formula multiplies). So the kernel unpacks with shifts and masks, no shuffles.
     sc    Q4_K uint8 [P, K/32, 16]; Q6_K int8 [P, K/16, 16]; else empty
     mn    Q4_K uint8 [P, K/32, 16] (the mins m); else empty
     d     fp16 [P, K/256, 16] (K quants) or [P, K/32, 16] (Q8_0, Q5_0)
@@ -109,12 +110,31 @@ def pack(raw: np.ndarray | torch.Tensor, kind: str, n: int, k: int, rows_per_chu
     for r0 in range(0, n, rows_per_chunk):     # chunks of whole panels keep the temporaries small
         rows = raw[r0:r0 + rows_per_chunk]
         f = _unpack(rows.reshape(-1, size), kind)
-        parts.append({name: _panels(v, rows.shape[0]) for name, v in f.items()})
+        fields = {name: _panels(v, rows.shape[0]) for name, v in f.items()}
+        fields["q"] = _words(fields["q"], kind)
+        parts.append(fields)
     cat = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
-    q = cat["q"]
-    if kind == "Q4_K":
-        q = q[..., :8] | (q[..., 8:] << 4)
-    return Packed(kind, n, k, q, cat.get("sc", _EMPTY), cat.get("mn", _EMPTY), cat["d"], cat.get("dmin", _EMPTY))
+    return Packed(kind, n, k, cat["q"], cat.get("sc", _EMPTY), cat.get("mn", _EMPTY), cat["d"],
+                  cat.get("dmin", _EMPTY))
+
+
+def _words(q: torch.Tensor, kind: str) -> torch.Tensor:
+    """q [P, K, 16] -> the kernel's [P, K/U, 16, 4]: each output's next U k in one 32-bit word (U = 8 nibbles or
+    4 bytes)."""
+    P, K, _ = q.shape
+    if kind != "Q4_K":
+        return q.view(P, K // 4, 4, 16).transpose(2, 3).contiguous()
+    q = q.view(P, K // 8, 8, 16)
+    return (q[:, :, 0::2] | (q[:, :, 1::2] << 4)).transpose(2, 3).contiguous()         # byte i: k 2i | 2i+1 << 4
+
+
+def _unwords(q: torch.Tensor, kind: str) -> torch.Tensor:
+    """The kernel's q layout -> [P, K, 16] integers (the inverse of `_words`)."""
+    P, C = q.shape[:2]
+    if kind != "Q4_K":
+        return q.transpose(2, 3).reshape(P, C * 4, 16)
+    q = torch.stack([q & 0x0F, q >> 4], dim=-1).view(P, C, 16, 8)                       # [P, K/8, 16, 8]
+    return q.transpose(2, 3).reshape(P, C * 8, 16)
 
 
 def _per_k(t: torch.Tensor, k: int) -> torch.Tensor:
@@ -124,16 +144,16 @@ def _per_k(t: torch.Tensor, k: int) -> torch.Tensor:
 
 def dequantize(p: Packed) -> torch.Tensor:
     """The fp32 weight [N, K], equal bit for bit to gguf-py's dequantize of the raw blocks (no kernels needed)."""
+    q = _unwords(p.q, p.kind).float()                                                           # [P, K, 16]
     if p.kind == "Q4_K":
-        q = torch.stack([p.q & 0x0F, p.q >> 4], dim=2).reshape(p.q.shape[0], p.k, 16).float()
         ds = _per_k(p.d.float(), p.k // 32) * p.sc.float()                                  # [P, K/32, 16], exact
         dm = _per_k(p.dmin.float(), p.k // 32) * p.mn.float()                                # exact
         w = _per_k(ds, p.k) * q - _per_k(dm, p.k)
     elif p.kind == "Q6_K":
         ds = _per_k(p.d.float(), p.k // 16) * p.sc.float()                                   # [P, K/16, 16], exact
-        w = _per_k(ds, p.k) * p.q.float()
+        w = _per_k(ds, p.k) * q
     else:
-        w = _per_k(p.d.float(), p.k) * p.q.float()
+        w = _per_k(p.d.float(), p.k) * q
     return w.transpose(1, 2).reshape(-1, p.k)[:p.n].contiguous()                               # [N, K]
 
 
