@@ -72,6 +72,13 @@ def test_qlinear_is_linear_on_the_dequantized_weight(kind, n, k):
             assert same_bits(got[m - 1:], quant.matmul(x[m - 1:m], p, b)), m           # a row alone: same bits
 
 
+@pytest.mark.parametrize("kind", list(quant.TYPES))
+def test_embed_rows(kind):
+    raw = random_blocks(kind, 70, 512, seed=3)
+    ids = torch.tensor([5, 69, 5, 0, 33, 16])
+    assert same_bits(quant.embed(quant.pack(raw, kind, 70, 512), ids), reference(raw, kind, 70, 512)[ids])
+
+
 def test_unsupported_type_is_one_clear_error():
     with pytest.raises(VerispecError, match="Q2_K is not supported"):
         quant.pack(np.zeros(84, np.uint8), "Q2_K", 1, 256)

@@ -157,6 +157,16 @@ def dequantize(p: Packed) -> torch.Tensor:
     return w.transpose(1, 2).reshape(-1, p.k)[:p.n].contiguous()                               # [N, K]
 
 
+def embed(p: Packed, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` [T] of the fp32 weight -> [T, K] (an embedding lookup), bit for bit `dequantize(p)[ids]`,
+    dequantizing only the panels they sit in."""
+    ids = ids.reshape(-1).long()
+    panels, where = torch.unique(ids // 16, return_inverse=True)                                # [U], [T]
+    pick = lambda t: t[panels] if t.numel() else t
+    sub = Packed(p.kind, 16 * len(panels), p.k, pick(p.q), pick(p.sc), pick(p.mn), pick(p.d), pick(p.dmin))
+    return dequantize(sub)[where * 16 + ids % 16]                                              # [T, K]
+
+
 def matmul(x: torch.Tensor, p: Packed, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] -> x @ W.T (+ bias) [M, N] fp32, row-invariant, W the weight's fp32 dequantization.
     On the kernels: equal bit for bit to `linear` on W's fp32 panels; elsewhere PyTorch on `dequantize(p)`."""
