@@ -1,4 +1,4 @@
-"""verispec's row-invariant CPU kernels (cpu.cpp), built once per machine and torch version.
+"""verispec's row-invariant CPU kernels (cpu.cpp, quant.cpp), built once per machine and torch version.
 
 `load()` returns the compiled module, or None where it cannot be had (no AVX2/FMA, no compiler, not a CPU
 tensor): callers then use PyTorch's own operators, and `verispec doctor` reports that rows are not guaranteed to
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-SOURCE = Path(__file__).with_name("cpu.cpp")
+SOURCES = [Path(__file__).with_name(name) for name in ("cpu.cpp", "quant.cpp")]
+HEADERS = [Path(__file__).with_name("simd.h")]
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fno-fast-math", "-fopenmp"]
 _state: dict = {}
 
@@ -47,7 +48,7 @@ def unavailable_reason() -> str | None:
 
 def build_dir() -> Path:
     """One build per source, flags, torch and Python version (never shared across those)."""
-    key = hashlib.sha1(SOURCE.read_bytes() + " ".join(FLAGS).encode() + torch.__version__.encode()
+    key = hashlib.sha1(b"".join(p.read_bytes() for p in SOURCES + HEADERS) + " ".join(FLAGS).encode() + torch.__version__.encode()
                        + sys.version.encode()).hexdigest()[:12]
     from ..model.loader import home
     return home() / "kernels" / key
@@ -85,5 +86,5 @@ def _build():
     name = "verispec_cpu_" + folder.name
     if not (folder / f"{name}.so").exists():
         print("verispec: building the CPU kernels (once per machine, about a minute) ...", file=sys.stderr)
-    return cpp_load(name=name, sources=[str(SOURCE)], extra_cflags=FLAGS, extra_ldflags=["-fopenmp"],
+    return cpp_load(name=name, sources=[str(p) for p in SOURCES], extra_cflags=FLAGS, extra_ldflags=["-fopenmp"],
                     build_directory=str(folder), verbose=False)

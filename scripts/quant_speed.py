@@ -1,0 +1,71 @@
+"""Speed of the quantized product (`qlinear`) against `linear` over bf16 and fp32 panels of the same weights.
+
+    python scripts/quant_speed.py MODEL.gguf [--threads 2] [--rows 1,2,4,8,16,32,128]
+
+Takes layer 0's ffn_gate, ffn_up, ffn_down, attn_q and the output matrix from a GGUF file; prints, per weight and
+row count, the median time of each product and its weight bytes read per second (effective GB/s), and checks
+that qlinear's output equals fp32 linear's bit for bit.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import gguf
+import numpy as np
+import torch
+
+from verispec import kernels
+from verispec.model import ops, quant
+
+NAMES = ["blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight", "blk.0.attn_q.weight",
+         "output.weight"]
+
+
+def median_ms(fn, budget_s: float = 0.4, min_reps: int = 5) -> float:
+    fn()
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_reps or time.perf_counter() - start < budget_s:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return 1e3 * statistics.median(times)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("gguf")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rows", default="1,2,4,8,16,32,128")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    lib = kernels.load()
+    assert lib is not None, kernels.status()
+    tensors = {t.name: t for t in gguf.GGUFReader(args.gguf).tensors}
+    print(f"threads {args.threads}; ms (GB/s of weight bytes); qlinear bitwise = fp32 linear checked per row count")
+    print("| weight | type | N x K | M | qlinear | bf16 linear | fp32 linear | bf16 / q |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name in NAMES:
+        t = tensors[name]
+        kind, k, n = t.tensor_type.name, int(t.shape[0]), int(t.shape[1])
+        p = quant.pack(np.asarray(t.data), kind, n, k)
+        w = quant.dequantize(p)                                                # [N, K] fp32
+        p32, p16 = ops._panels(w), ops._panels(w.bfloat16())
+        del w
+        gb = {"q": p.nbytes() / 1e9, "bf16": 2 * n * k / 1e9, "fp32": 4 * n * k / 1e9}
+        for m in [int(r) for r in args.rows.split(",")]:
+            x = torch.randn(m, k)
+            yq = lib.qlinear(x, quant.TYPES[kind][2], p.q, p.sc, p.mn, p.d, p.dmin, n, None)
+            assert torch.equal(yq.view(torch.int32), lib.linear(x, p32, n, None).view(torch.int32)), (name, m)
+            ms = {"q": median_ms(lambda: lib.qlinear(x, quant.TYPES[kind][2], p.q, p.sc, p.mn, p.d, p.dmin, n, None)),
+                  "bf16": median_ms(lambda: lib.linear(x, p16, n, None)),
+                  "fp32": median_ms(lambda: lib.linear(x, p32, n, None))}
+            cell = {key: f"{v:.2f} ({gb[key] / v * 1e3:.1f})" for key, v in ms.items()}
+            print(f"| {name.replace('.weight', '')} | {kind} | {n} x {k} | {m} | {cell['q']} | {cell['bf16']} | "
+                  f"{cell['fp32']} | {ms['bf16'] / ms['q']:.2f}x |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""GGUF-quantized products (verispec.model.quant, kernels/quant.cpp) against their references, bit for bit:
+
+- the packed weight's reconstruction (`quant.dequantize`) equals gguf-py's `dequantize` of the raw blocks;
+- `quant.matmul` (the `qlinear` kernel) equals the fp32 `linear` kernel on those dequantized weights, for 1 to
+  100 rows (decoding, verification, the blocked prefill path over two row blocks), K not a multiple of 128, N not
+  a multiple of 16, with and without bias; and each row equals that row alone;
+- `quant.embed` gives the dequantized weight's rows.
+
+Synthetic blocks are random bytes with finite fp16 scales (zeros, negative zeros and subnormals included), so no
+model file is needed; `VERISPEC_QWEN_GGUF=path.gguf` adds a check over a real file's tensors.
+"""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from verispec import kernels
+from verispec.errors import VerispecError
+from verispec.model import ops, quant
+
+gguf = pytest.importorskip("gguf")
+
+D_OFFSETS = {"Q8_0": [0], "Q5_0": [0], "Q6_K": [208], "Q4_K": [0, 2]}   # where each block's fp16 scales sit
+
+
+def random_blocks(kind: str, n: int, k: int, seed: int = 0) -> np.ndarray:
+    """[n, k / block * bytes] uint8: random quants, finite fp16 scales of mixed sign and size."""
+    rng = np.random.default_rng(seed)
+    block, size, _ = quant.TYPES[kind]
+    raw = rng.integers(0, 256, (n, k // block, size), dtype=np.uint8)
+    for off in D_OFFSETS[kind]:
+        d = (rng.standard_normal((n, k // block)) * 10.0 ** rng.integers(-6, 1, (n, k // block))).astype(np.float16)
+        d.flat[:4] = np.array([0.0, -0.0, 6e-8, -3e-5], np.float16)            # zeros and fp16 subnormals
+        raw[..., off:off + 2] = d[..., None].view(np.uint8)
+    return raw.reshape(n, -1)
+
+
+def reference(raw: np.ndarray, kind: str, n: int, k: int) -> torch.Tensor:
+    w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType[kind]).reshape(n, k)
+    return torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32))
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(a.contiguous().view(torch.int32), b.contiguous().view(torch.int32))
+
+
+SHAPES = [("Q8_0", 37, 896), ("Q5_0", 50, 896), ("Q8_0", 16, 160), ("Q5_0", 20, 224), ("Q6_K", 45, 1536), ("Q4_K", 45, 1536),
+          ("Q4_K", 33, 256), ("Q6_K", 7, 256)]
+
+
+@pytest.mark.parametrize("kind,n,k", SHAPES)
+def test_reconstruction_is_ggufs_dequantize(kind, n, k):
+    raw = random_blocks(kind, n, k)
+    assert same_bits(quant.dequantize(quant.pack(raw, kind, n, k)), reference(raw, kind, n, k))
+
+
+@pytest.mark.parametrize("kind,n,k", SHAPES)
+def test_qlinear_is_linear_on_the_dequantized_weight(kind, n, k):
+    lib = kernels.load()
+    assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
+    raw = random_blocks(kind, n, k, seed=1)
+    p = quant.pack(raw, kind, n, k)
+    panels = ops._panels(reference(raw, kind, n, k))                                   # [ceil(n/16), k, 16] fp32
+    gen = torch.Generator().manual_seed(2)
+    bias = torch.randn(n, generator=gen)
+    x = torch.randn(100, k, generator=gen)
+    x[0, :5] = torch.tensor([0.0, -0.0, 1e-30, -1e30, 3.0])
+    for m in (1, 2, 3, 5, 8, 17, 32, 33, 64, 100):
+        for b in (None, bias):
+            got = quant.matmul(x[:m], p, b)                                            # [m, n]
+            assert same_bits(got, lib.linear(x[:m].contiguous(), panels, n, b)), (m, b is not None)
+            assert same_bits(got[m - 1:], quant.matmul(x[m - 1:m], p, b)), m           # a row alone: same bits
+
+
+@pytest.mark.parametrize("kind", list(quant.TYPES))
+def test_embed_rows(kind):
+    raw = random_blocks(kind, 70, 512, seed=3)
+    ids = torch.tensor([5, 69, 5, 0, 33, 16])
+    assert same_bits(quant.embed(quant.pack(raw, kind, 70, 512), ids), reference(raw, kind, 70, 512)[ids])
+
+
+def test_unsupported_type_is_one_clear_error():
+    with pytest.raises(VerispecError, match="Q2_K is not supported"):
+        quant.pack(np.zeros(84, np.uint8), "Q2_K", 1, 256)
+    with pytest.raises(VerispecError, match="expected"):
+        quant.pack(np.zeros(100, np.uint8), "Q8_0", 1, 64)
+
+
+def test_real_gguf_tensors():
+    path = os.environ.get("VERISPEC_QWEN_GGUF")
+    if not path:
+        pytest.skip("set VERISPEC_QWEN_GGUF to a GGUF file to check its quantized tensors")
+    lib = kernels.load()
+    reader = gguf.GGUFReader(path)
+    seen = set()
+    for t in reader.tensors:
+        kind = t.tensor_type.name
+        if kind not in quant.TYPES or (kind, t.name.split(".")[-2]) in seen:
+            continue
+        seen.add((kind, t.name.split(".")[-2]))                     # one tensor per type and role
+        k, n = int(t.shape[0]), int(t.shape[1])
+        rows = min(n, 1000)                                          # the first rows: whole GGUF rows
+        raw = np.asarray(t.data).reshape(n, -1)[:rows]
+        p = quant.pack(raw, kind, rows, k)
+        w = reference(raw, kind, rows, k)
+        assert same_bits(quant.dequantize(p), w), t.name
+        x = torch.randn(9, k)
+        assert same_bits(quant.matmul(x, p), lib.linear(x, ops._panels(w), rows, None)), t.name

@@ -1,0 +1,266 @@
+// The row-invariant matrix product over GGUF-quantized weights (Q8_0, Q5_0, Q6_K, Q4_K), dequantized inside the
+// kernel, bit for bit as `linear` (cpu.cpp) over their fp32 dequantization.
+//
+// The weights come repacked by verispec/model/quant.py (`pack`) into panels of 16 outputs, like `linear`'s: one k
+// step reads 16 outputs' quantized values (8 or 16 bytes) and turns them into two __m256 of the exact fp32
+// weights gguf-py's dequantize makes (same operations, same single rounding):
+//   Q8_0, Q5_0  w = d * q            d fp16 [P, K/32, 16], q int8 [P, K/4, 16, 4] (Q5_0: q - 16)
+//   Q6_K        w = (d * sc) * q     d fp16 [P, K/256, 16], sc int8 [P, K/16, 16], q int8 [P, K/4, 16, 4] (q - 32)
+//   Q4_K        w = fma(d * sc, q, -(dmin * m))   d, dmin fp16 [P, K/256, 16]; sc, m uint8 [P, K/32, 16];
+//                                                  q nibbles [P, K/8, 16, 4]
+// q holds, per output, its next 4 (int8) or 8 (nibbles) k in one little-endian 32-bit word, k ascending from the
+// low bits, so 16 outputs' words for a chunk of k are two 32-byte loads, unpacked with shifts and masks.
+// (d * sc, dmin * m and (d * sc) * q of Q4_K are exact in fp32, so the fma rounds once, where numpy's d*q - dm
+// does.) Each output is then the fp32 `linear` chain: acc = fma(x[m, k], w[n, k], acc), k ascending from 0.
+// One row streams the packed bytes straight into the FMAs; several rows dequantize each 128-k block of a panel
+// pair once into an fp32 buffer and run `linear`'s own tiles over it (simd.h).
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include "simd.h"
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+enum Kind { Q8_0 = 0, Q5_0 = 1, Q6_K = 2, Q4_K = 3 };
+
+struct QWeight {            // a packed weight's arrays (see the top of the file); P panels, K inputs
+  const uint8_t *q, *sc, *mn;
+  const at::Half *d, *dmin;
+  int64_t K;
+};
+
+inline __m256 i8_to_f(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }    // low 8 int8
+inline __m256 u8_to_f(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }    // low 8 uint8
+inline __m128i load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+
+template <int I, int U, typename F>
+inline void unroll(F&& f) {   // f(integral_constant<int, I>) for I .. U-1, each with a compile-time index
+  if constexpr (I < U) { f(std::integral_constant<int, I>{}); unroll<I + 1, U>(f); }
+}
+
+// One panel of a packed weight: the current scale group's fp32 scales (and Q4_K's offsets o = -dmin * m) for its
+// 16 outputs, the current chunk of U k (one 32-bit word per output: r0 outputs 0-7, r1 outputs 8-15), and the
+// weights of the chunk's I-th k from them.
+//   int8 kinds: q = the word's byte I, sign-extended by two shifts; w = s * q
+//   Q4_K: nibble I masked in place, u = q * 2^(4I) (exact in fp32); w = fma(s * 2^-4I, u, o), the same exact
+//   product s * q as fma(s, q, o), so the same single rounding. The last nibble is shifted down instead (the mask
+//   would make it a negative int32).
+template <int KIND>
+struct Panel {
+  static constexpr int64_t G = KIND == Q6_K ? 16 : 32;          // k per scale group
+  static constexpr int U = KIND == Q4_K ? 8 : 4;                 // k per chunk (per 32-bit word)
+  static constexpr int NS = KIND == Q4_K ? 8 : 1;                // scale vectors per half panel
+  const uint8_t* q;                                              // this panel's [K/U, 16, 4] bytes
+  const QWeight& w;
+  int64_t p;
+  __m256i r0, r1;
+  __m256 s[NS][2], o0, o1;
+
+  Panel(const QWeight& w_, int64_t p_) : q(w_.q + p_ * (w_.K / U) * 64), w(w_), p(p_) {}
+
+  void scales(int64_t k) {   // k: the first k of a scale group
+    const int64_t K = w.K;
+    if (KIND == Q8_0 || KIND == Q5_0) {
+      const at::Half* d = w.d + (p * (K / 32) + k / 32) * 16;
+      s[0][0] = load8(d), s[0][1] = load8(d + 8);
+      return;
+    }
+    const int64_t sb = (p * (K / 256) + k / 256) * 16;           // the 256-k super-block's d (and dmin)
+    const __m256 d0 = load8(w.d + sb), d1 = load8(w.d + sb + 8);
+    const __m128i sc = load16(w.sc + (p * (K / G) + k / G) * 16);
+    if (KIND == Q6_K) {                                          // int8 scales; d * sc is exact
+      s[0][0] = _mm256_mul_ps(d0, i8_to_f(sc)), s[0][1] = _mm256_mul_ps(d1, i8_to_f(_mm_unpackhi_epi64(sc, sc)));
+    } else {                                                     // Q4_K: uint8 scales and mins, all exact
+      const __m128i mn = load16(w.mn + (p * (K / G) + k / G) * 16);
+      const __m256 neg = _mm256_set1_ps(-0.0f);
+      s[0][0] = _mm256_mul_ps(d0, u8_to_f(sc)), s[0][1] = _mm256_mul_ps(d1, u8_to_f(_mm_unpackhi_epi64(sc, sc)));
+      static constexpr float pow16[8] = {0x1p0f, 0x1p-4f, 0x1p-8f, 0x1p-12f, 0x1p-16f, 0x1p-20f, 0x1p-24f, 0x1p-28f};
+      for (int i = 1; i < NS; ++i) {                             // s * 2^-4i: exact (no underflow: |s| >= 2^-24)
+        const __m256 f = _mm256_set1_ps(pow16[i]);
+        s[i][0] = _mm256_mul_ps(s[0][0], f), s[i][1] = _mm256_mul_ps(s[0][1], f);
+      }
+      const __m256 m0 = load8(w.dmin + sb), m1 = load8(w.dmin + sb + 8);
+      o0 = _mm256_xor_ps(neg, _mm256_mul_ps(m0, u8_to_f(mn)));
+      o1 = _mm256_xor_ps(neg, _mm256_mul_ps(m1, u8_to_f(_mm_unpackhi_epi64(mn, mn))));
+    }
+  }
+
+  inline void load(int64_t k) {   // the chunk starting at k (a multiple of U); prefetch 1 KiB ahead
+    const uint8_t* c = q + k / U * 64;
+    _mm_prefetch(reinterpret_cast<const char*>(c + 1024), _MM_HINT_T0);
+    r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
+    r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32));
+  }
+
+  template <int I>
+  static inline __m256i field(__m256i r) {
+    if constexpr (KIND == Q4_K && I == 7) return _mm256_srli_epi32(r, 28);
+    else if constexpr (KIND == Q4_K) return _mm256_and_si256(r, _mm256_set1_epi32(15 << (4 * I)));
+    else if constexpr (I == 3) return _mm256_srai_epi32(r, 24);
+    else return _mm256_srai_epi32(_mm256_slli_epi32(r, 24 - 8 * I), 24);
+  }
+
+  template <int I>
+  inline void weights(__m256& w0, __m256& w1) const {   // the 16 outputs' fp32 weights at the chunk's k + I
+    const __m256 q0 = _mm256_cvtepi32_ps(field<I>(r0)), q1 = _mm256_cvtepi32_ps(field<I>(r1));
+    if constexpr (KIND == Q4_K) {
+      constexpr int S = I == 7 ? 0 : I;                         // the shifted-down last nibble takes s itself
+      w0 = _mm256_fmadd_ps(s[S][0], q0, o0), w1 = _mm256_fmadd_ps(s[S][1], q1, o1);
+    } else {
+      w0 = _mm256_mul_ps(s[0][0], q0), w1 = _mm256_mul_ps(s[0][1], q1);
+    }
+  }
+};
+
+// one row, NP panels from p: y[n] = the fp32 chain over k of x[k] * w[n, k], weights straight from the packed bytes
+template <int KIND, int NP>
+void row_panels(const QWeight& w, int64_t p, const float* x, float* acc_out /*[NP * 16]*/) {
+  using PW = Panel<KIND>;
+  PW a(w, p), b(w, p + NP - 1);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t g = 0; g < w.K; g += PW::G) {
+    a.scales(g);
+    if (NP == 2) b.scales(g);
+    for (int64_t k = g; k < g + PW::G; k += PW::U) {
+      a.load(k);
+      if (NP == 2) b.load(k);
+      unroll<0, PW::U>([&](auto i) {
+        constexpr int I = decltype(i)::value;
+        const __m256 xb = _mm256_broadcast_ss(x + k + I);
+        __m256 w0, w1;
+        a.template weights<I>(w0, w1);
+        acc[0] = _mm256_fmadd_ps(xb, w0, acc[0]), acc[1] = _mm256_fmadd_ps(xb, w1, acc[1]);
+        if (NP == 2) {
+          b.template weights<I>(w0, w1);
+          acc[2] = _mm256_fmadd_ps(xb, w0, acc[2]), acc[3] = _mm256_fmadd_ps(xb, w1, acc[3]);
+        }
+      });
+    }
+  }
+  for (int j = 0; j < 2 * NP; ++j) _mm256_storeu_ps(acc_out + 8 * j, acc[j]);
+}
+
+// panel p's weights for k in [k0, k1) (group-aligned) -> buf [k1 - k0, 16] fp32
+template <int KIND>
+void dequant_block(const QWeight& w, int64_t p, int64_t k0, int64_t k1, float* buf) {
+  Panel<KIND> a(w, p);
+  for (int64_t g = k0; g < k1; g += Panel<KIND>::G) {
+    a.scales(g);
+    for (int64_t k = g; k < g + Panel<KIND>::G; k += Panel<KIND>::U) {
+      a.load(k);
+      unroll<0, Panel<KIND>::U>([&](auto i) {
+        constexpr int I = decltype(i)::value;
+        __m256 w0, w1;
+        a.template weights<I>(w0, w1);
+        float* o = buf + (k + I - k0) * 16;
+        _mm256_storeu_ps(o, w0), _mm256_storeu_ps(o + 8, w1);
+      });
+    }
+  }
+}
+
+// x [M, K] -> y [M, N]: the structure of cpu.cpp's linear_impl, with dequantization in place of widening
+template <int KIND>
+void qlinear_impl(const float* x, int64_t M, const QWeight& w, int64_t panels, const float* bias, float* y,
+                  int64_t N) {
+  const int64_t K = w.K;
+  if (M <= 32) {  // decoding and verification: panel pairs
+    constexpr int64_t KB = 128;
+    at::parallel_for(0, (panels + 1) / 2, 4, [&](int64_t b, int64_t e) {
+      alignas(32) float acc[32 * 32];
+      alignas(32) float wbuf[2 * KB * 16];
+      for (int64_t pp = b; pp < e; ++pp) {
+        const int64_t p = 2 * pp, np = std::min<int64_t>(2, panels - p), width = 16 * np;
+        if (M == 1) {                                   // one row: weights straight into the FMAs
+          if (np == 2) row_panels<KIND, 2>(w, p, x, acc);
+          else row_panels<KIND, 1>(w, p, x, acc);
+          store_rows(acc, 1, width, p, 0, bias, y, N);
+          continue;
+        }
+        std::fill(acc, acc + M * width, 0.0f);
+        for (int64_t k0 = 0; k0 < K; k0 += KB) {        // each 128-k block dequantized once, for all rows
+          const int64_t k1 = std::min<int64_t>(K, k0 + KB), kb = k1 - k0;
+          for (int64_t q = 0; q < np; ++q) dequant_block<KIND>(w, p + q, k0, k1, wbuf + q * KB * 16);
+          for (int64_t m0 = 0; m0 < M; m0 += 2) {       // both panels, rows two at a time (up to 8 accumulators)
+            const int64_t mt = std::min<int64_t>(2, M - m0);
+            if (np == 2) rows_tile<2>(mt, x + m0 * K + k0, K, wbuf, KB * 16, 0, kb, acc + m0 * width, width);
+            else rows_tile<1>(mt, x + m0 * K + k0, K, wbuf, KB * 16, 0, kb, acc + m0 * width, width);
+          }
+        }
+        store_rows(acc, M, width, p, 0, bias, y, N);
+      }
+    });
+    return;
+  }
+  // more rows: blocks of MC rows x KC k, one panel at a time; each slice is dequantized once per row block
+  at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> acc_buf(MC * 16), wbuf(KC * 16);
+    for (int64_t p = b; p < e; ++p) {
+      for (int64_t m0 = 0; m0 < M; m0 += MC) {
+        const int64_t mb = std::min(MC, M - m0);
+        std::fill(acc_buf.begin(), acc_buf.end(), 0.0f);
+        for (int64_t k0 = 0; k0 < K; k0 += KC) {
+          const int64_t kb = std::min(KC, K - k0);
+          dequant_block<KIND>(w, p, k0, k0 + kb, wbuf.data());
+          for (int64_t mt0 = 0; mt0 < mb; mt0 += 6)
+            rows_tile<1>(std::min<int64_t>(6, mb - mt0), x + (m0 + mt0) * K + k0, K, wbuf.data(), 0, 0, kb,
+                         acc_buf.data() + mt0 * 16, 16);
+        }
+        store_rows(acc_buf.data(), mb, 16, p, m0, bias, y, N);
+      }
+    }
+  });
+}
+
+void check(const torch::Tensor& t, at::ScalarType dtype, std::vector<int64_t> shape, const char* name) {
+  TORCH_CHECK(t.scalar_type() == dtype && t.is_contiguous() && t.sizes() == at::IntArrayRef(shape),
+              "qlinear: ", name, " must be ", dtype, " ", at::IntArrayRef(shape), " contiguous, got ",
+              t.scalar_type(), " ", t.sizes());
+}
+
+}  // namespace
+
+// x [M, K] fp32; kind 0 Q8_0, 1 Q5_0, 2 Q6_K, 3 Q4_K; q, sc, mn, d, dmin as verispec.model.quant.Packed (unused
+// ones empty); bias [N] fp32 or None -> y [M, N] fp32
+torch::Tensor qlinear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Tensor sc, torch::Tensor mn,
+                      torch::Tensor d, torch::Tensor dmin, int64_t N, c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "qlinear: x must be [M, K] fp32");
+  TORCH_CHECK(kind >= 0 && kind <= 3, "qlinear: unknown kind ", kind);
+  const int64_t M = x.size(0), K = x.size(1), P = (N + 15) / 16, block = kind >= Q6_K ? 256 : 32;
+  TORCH_CHECK(N > 0 && K % block == 0, "qlinear: K = ", K, " must be a multiple of ", block);
+  check(q, kind == Q4_K ? at::kByte : at::kChar, {P, K / (kind == Q4_K ? 8 : 4), 16, 4}, "q");
+  check(d, at::kHalf, {P, K / block, 16}, "d");
+  if (kind == Q6_K) check(sc, at::kChar, {P, K / 16, 16}, "sc");
+  if (kind == Q4_K) {
+    check(sc, at::kByte, {P, K / 32, 16}, "sc");
+    check(mn, at::kByte, {P, K / 32, 16}, "mn");
+    check(dmin, at::kHalf, {P, K / 256, 16}, "dmin");
+  }
+  const float* b = nullptr;
+  if (bias && bias->defined()) {
+    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->numel() == N && bias->is_contiguous(), "qlinear: bias");
+    b = bias->data_ptr<float>();
+  }
+  auto y = torch::empty({M, N}, x.options());
+  if (M == 0) return y;
+  auto u8 = [](const torch::Tensor& t) { return t.numel() ? reinterpret_cast<const uint8_t*>(t.data_ptr()) : nullptr; };
+  auto f16 = [](const torch::Tensor& t) { return t.numel() ? reinterpret_cast<const at::Half*>(t.data_ptr()) : nullptr; };
+  const QWeight w{u8(q), u8(sc), u8(mn), f16(d), f16(dmin), K};
+  const float* xd = x.data_ptr<float>();
+  float* yd = y.data_ptr<float>();
+  switch (kind) {
+    case Q8_0: qlinear_impl<Q8_0>(xd, M, w, P, b, yd, N); break;
+    case Q5_0: qlinear_impl<Q5_0>(xd, M, w, P, b, yd, N); break;
+    case Q6_K: qlinear_impl<Q6_K>(xd, M, w, P, b, yd, N); break;
+    default: qlinear_impl<Q4_K>(xd, M, w, P, b, yd, N); break;
+  }
+  return y;
+}
+
+void register_quant(pybind11::module& m) {
+  m.def("qlinear", &qlinear, "row-invariant linear layer over GGUF-quantized weights, bitwise as `linear` on "
+        "their fp32 dequantization");
+}

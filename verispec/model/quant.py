@@ -1,0 +1,178 @@
+"""GGUF-quantized weights, multiplied without dequantizing them first, bit for bit as their fp32 dequantization.
+
+A GGUF tensor stores, per output row, quantization blocks over the input dimension K. For the types here the fp32
+weight gguf-py's `gguf.quants.dequantize` makes is one exact fp32 formula of small integers and fp16 scales:
+
+    Q8_0  w = d * q                       d fp16 per 32 k, q int8
+    Q5_0  w = d * (q - 16)                d fp16 per 32 k, q 5-bit
+    Q6_K  w = (d * sc) * (q - 32)         d fp16 per 256 k, sc int8 per 16 k, q 6-bit (d * sc is exact; one rounding)
+    Q4_K  w = (d * sc) * q - dmin * m     d, dmin fp16 per 256 k; sc, m 6-bit per 32 k; q 4-bit
+                                          (d * sc, its product with q and dmin * m are exact: one rounding, the -)
+
+`pack` repacks the raw blocks at load time into the kernel's layout, panels of 16 outputs like `ops._panels`, so
+the kernel (`quant.cpp`: `qlinear`) rebuilds 16 outputs' exact fp32 weights for one k from a few bytes and runs
+the very FMA chains of the fp32 `linear` kernel on them. Hence `matmul(x, pack(raw))` equals
+`linear(x, panels(dequantize(raw)))` bit for bit, for any number of rows. Bytes read per weight: Q4_K 4.6 bits,
+Q6_K 8.6, Q5_0 and Q8_0 8.5 (bf16: 16).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import kernels
+from ..errors import VerispecError
+
+QK_K = 256
+# type -> (weights per block, bytes per block, kernel type code)
+TYPES = {"Q8_0": (32, 34, 0), "Q5_0": (32, 22, 1), "Q6_K": (256, 210, 2), "Q4_K": (256, 144, 3)}
+_EMPTY = torch.empty(0, dtype=torch.uint8)
+
+
+@dataclass(frozen=True)
+class Packed:
+    """One quantized weight [N, K] in the kernel's layout (P = ceil(N / 16) panels of 16 outputs; padding is 0).
+
+    q     Q4_K: uint8 [P, K/8, 16, 4]: per 8 k and output, one little-endian 32-bit word of 8 nibbles, k ascending
+          from bit 0; others int8 [P, K/4, 16, 4]: per 4 k and output, 4 bytes, k ascending (q - 16, q - 32 or q:
+          the signed integer the formula multiplies). So the kernel unpacks with shifts and masks, no shuffles.
+    sc    Q4_K uint8 [P, K/32, 16]; Q6_K int8 [P, K/16, 16]; else empty
+    mn    Q4_K uint8 [P, K/32, 16] (the mins m); else empty
+    d     fp16 [P, K/256, 16] (K quants) or [P, K/32, 16] (Q8_0, Q5_0)
+    dmin  Q4_K fp16 [P, K/256, 16]; else empty
+    """
+    kind: str
+    n: int
+    k: int
+    q: torch.Tensor
+    sc: torch.Tensor
+    mn: torch.Tensor
+    d: torch.Tensor
+    dmin: torch.Tensor
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.q, self.sc, self.mn, self.d, self.dmin))
+
+
+def _f16(b: np.ndarray) -> np.ndarray:
+    """[..., 2] uint8 -> [...] fp16 (little-endian, as GGUF stores it)."""
+    return np.ascontiguousarray(b).view(np.float16)[..., 0]
+
+
+def _unpack(blocks: np.ndarray, kind: str) -> dict[str, np.ndarray]:
+    """blocks [B, bytes per block] uint8 -> per-block fields, following gguf-py's dequantize_blocks.
+    q [B, block] int8 (or uint8 for Q4_K), scales [B, groups], d / dmin [B]."""
+    B = blocks.shape[0]
+    if kind == "Q8_0":
+        return {"q": blocks[:, 2:].view(np.int8), "d": _f16(blocks[:, :2])}
+    if kind == "Q5_0":
+        qh = np.ascontiguousarray(blocks[:, 2:6]).view(np.uint32)                               # [B, 1]
+        hi = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)                       # [B, 32]
+        qs = blocks[:, 6:22]
+        lo = np.concatenate([qs & 0x0F, qs >> 4], axis=1)                                       # [B, 32]
+        return {"q": (lo | (hi << 4)).view(np.int8) - np.int8(16), "d": _f16(blocks[:, :2])}
+    if kind == "Q6_K":
+        ql, qh = blocks[:, :128], blocks[:, 128:192]
+        lo = (ql.reshape(B, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F
+        hi = (qh.reshape(B, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 0x03
+        q = (lo.reshape(B, 8, 32) | (hi.reshape(B, 8, 32) << 4)).view(np.int8) - np.int8(32)
+        return {"q": q.reshape(B, QK_K), "sc": blocks[:, 192:208].view(np.int8), "d": _f16(blocks[:, 208:210])}
+    # Q4_K: d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
+    s = blocks[:, 4:16].reshape(B, 3, 4)
+    dd, mm, md = s[:, 0], s[:, 1], s[:, 2]
+    sc = np.concatenate([dd & 0x3F, (md & 0x0F) | ((dd >> 2) & 0x30)], axis=1)                 # [B, 8]
+    mn = np.concatenate([mm & 0x3F, (md >> 4) | ((mm >> 2) & 0x30)], axis=1)                   # [B, 8]
+    q = (blocks[:, 16:].reshape(B, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F
+    return {"q": q.reshape(B, QK_K), "sc": sc, "mn": mn, "d": _f16(blocks[:, :2]), "dmin": _f16(blocks[:, 2:4])}
+
+
+def _panels(a: np.ndarray, n: int) -> torch.Tensor:
+    """[N, G] per-output values -> [ceil(N/16), G, 16] (zero padding), the kernel's panel layout."""
+    t = torch.from_numpy(np.ascontiguousarray(a)).reshape(n, -1)
+    pad = -n % 16
+    if pad:
+        t = torch.cat([t, t.new_zeros(pad, t.shape[1])])
+    return t.view(-1, 16, t.shape[1]).transpose(1, 2).contiguous()
+
+
+def pack(raw: np.ndarray | torch.Tensor, kind: str, n: int, k: int, rows_per_chunk: int = 4096) -> Packed:
+    """raw GGUF blocks (uint8, N rows of K / block weights each, as `GGUFReader` gives `t.data`) -> Packed."""
+    if kind not in TYPES:
+        raise VerispecError(f"quantized type {kind} is not supported (supported: {', '.join(TYPES)})")
+    block, size, _ = TYPES[kind]
+    raw = raw.numpy() if isinstance(raw, torch.Tensor) else np.asarray(raw)
+    if k % block or raw.size != n * (k // block) * size:
+        raise VerispecError(f"{kind} weight [{n}, {k}]: expected {n * (k // block) * size} bytes, got {raw.size}")
+    raw = raw.reshape(n, (k // block) * size).view(np.uint8)
+    parts = []
+    for r0 in range(0, n, rows_per_chunk):     # chunks of whole panels keep the temporaries small
+        rows = raw[r0:r0 + rows_per_chunk]
+        f = _unpack(rows.reshape(-1, size), kind)
+        fields = {name: _panels(v, rows.shape[0]) for name, v in f.items()}
+        fields["q"] = _words(fields["q"], kind)
+        parts.append(fields)
+    cat = {name: torch.cat([p[name] for p in parts]) for name in parts[0]}
+    return Packed(kind, n, k, cat["q"], cat.get("sc", _EMPTY), cat.get("mn", _EMPTY), cat["d"],
+                  cat.get("dmin", _EMPTY))
+
+
+def _words(q: torch.Tensor, kind: str) -> torch.Tensor:
+    """q [P, K, 16] -> the kernel's [P, K/U, 16, 4]: each output's next U k in one 32-bit word (U = 8 nibbles or
+    4 bytes)."""
+    P, K, _ = q.shape
+    if kind != "Q4_K":
+        return q.view(P, K // 4, 4, 16).transpose(2, 3).contiguous()
+    q = q.view(P, K // 8, 8, 16)
+    return (q[:, :, 0::2] | (q[:, :, 1::2] << 4)).transpose(2, 3).contiguous()         # byte i: k 2i | 2i+1 << 4
+
+
+def _unwords(q: torch.Tensor, kind: str) -> torch.Tensor:
+    """The kernel's q layout -> [P, K, 16] integers (the inverse of `_words`)."""
+    P, C = q.shape[:2]
+    if kind != "Q4_K":
+        return q.transpose(2, 3).reshape(P, C * 4, 16)
+    q = torch.stack([q & 0x0F, q >> 4], dim=-1).view(P, C, 16, 8)                       # [P, K/8, 16, 8]
+    return q.transpose(2, 3).reshape(P, C * 8, 16)
+
+
+def _per_k(t: torch.Tensor, k: int) -> torch.Tensor:
+    """[P, G, 16] per-group values -> [P, k, 16], each group's value repeated over its k."""
+    return t.repeat_interleave(k // t.shape[1], dim=1)
+
+
+def dequantize(p: Packed) -> torch.Tensor:
+    """The fp32 weight [N, K], equal bit for bit to gguf-py's dequantize of the raw blocks (no kernels needed)."""
+    q = _unwords(p.q, p.kind).float()                                                           # [P, K, 16]
+    if p.kind == "Q4_K":
+        ds = _per_k(p.d.float(), p.k // 32) * p.sc.float()                                  # [P, K/32, 16], exact
+        dm = _per_k(p.dmin.float(), p.k // 32) * p.mn.float()                                # exact
+        w = _per_k(ds, p.k) * q - _per_k(dm, p.k)
+    elif p.kind == "Q6_K":
+        ds = _per_k(p.d.float(), p.k // 16) * p.sc.float()                                   # [P, K/16, 16], exact
+        w = _per_k(ds, p.k) * q
+    else:
+        w = _per_k(p.d.float(), p.k) * q
+    return w.transpose(1, 2).reshape(-1, p.k)[:p.n].contiguous()                               # [N, K]
+
+
+def embed(p: Packed, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` [T] of the fp32 weight -> [T, K] (an embedding lookup), bit for bit `dequantize(p)[ids]`,
+    dequantizing only the panels they sit in."""
+    ids = ids.reshape(-1).long()
+    panels, where = torch.unique(ids // 16, return_inverse=True)                                # [U], [T]
+    pick = lambda t: t[panels] if t.numel() else t
+    sub = Packed(p.kind, 16 * len(panels), p.k, pick(p.q), pick(p.sc), pick(p.mn), pick(p.d), pick(p.dmin))
+    return dequantize(sub)[where * 16 + ids % 16]                                              # [T, K]
+
+
+def matmul(x: torch.Tensor, p: Packed, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] -> x @ W.T (+ bias) [M, N] fp32, row-invariant, W the weight's fp32 dequantization.
+    On the kernels: equal bit for bit to `linear` on W's fp32 panels; elsewhere PyTorch on `dequantize(p)`."""
+    x = x.float().contiguous()
+    b = None if bias is None else bias.detach().float().contiguous()
+    k = kernels.load() if x.device.type == "cpu" else None
+    if k is None:
+        return torch.nn.functional.linear(x, dequantize(p).to(x.device), b)
+    return k.qlinear(x, TYPES[p.kind][2], p.q, p.sc, p.mn, p.d, p.dmin, p.n, b)
