@@ -107,3 +107,26 @@ def test_gguf_dtype_is_the_fp32_model_bit_for_bit(draft_fp32):
         second = model.logits(model(chain, torch.arange(len(ids), len(ids) + 5)[None], cache))  # 5 rows
         outputs.append((first, second))
     assert all(torch.equal(a, b) for a, b in zip(*outputs))
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """The pair as their GGUF files store them, a code prompt, and plain decoding's greedy tokens for it."""
+    from verispec.api import Target
+    from verispec.engine import Engine, GenerationConfig
+    target = Target.load("qwen2.5-coder-1.5b", "gguf", "cpu")
+    ids = target.tokenizer.prompt_ids("Complete: def is_prime(n: int) -> bool:")
+    cfg = GenerationConfig(max_new_tokens=16, k=3, stop_token_ids=target.tokenizer.stop_token_ids)
+    return target, ids, cfg, Engine(target.model).generate(ids, cfg).token_ids
+
+
+@pytest.mark.parametrize("method, tree", [("ngram", None), ("draft", None), ("draft-tree", "2,1,1+ngram")])
+def test_every_method_on_the_pair_gives_plain_decodings_tokens(pair, method, tree):
+    """Qwen2.5-Coder-1.5B drafted by the named 0.5B, greedy: every method's output is plain decoding's, token for
+    token; and the draft is accepted on code, as a good pair should be."""
+    from verispec.api import make_engine
+    target, ids, cfg, plain = pair
+    out = make_engine(method, target, tree=tree).generate(ids, cfg)
+    assert out.token_ids == plain and len(plain) == 16
+    if method != "ngram":
+        assert out.stats.acceptance_rate > 0.5, out.stats

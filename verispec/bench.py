@@ -163,7 +163,7 @@ def cmd_bench(args) -> int:
         peers.append(HFRunner(target, hf_methods, cfg, args.draft))
     if cpp_methods:
         from .peers import LlamaCppRunner
-        peers.append(LlamaCppRunner(target, cpp_methods, cfg))
+        peers.append(LlamaCppRunner(target, cpp_methods, cfg, args.draft))
     extra = (lambda ids, plain: {m: s for peer in peers for m, s in peer(ids, plain).items()}) if peers else None
     results, runs = run_bench(target, engines, prompts, cfg, not args.no_chat, extra, repeats=args.repeats)
     if args.acceptance == "typical":

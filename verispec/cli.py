@@ -22,9 +22,9 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                                    "(safetensors) or a .gguf file; default: smollm2-135m")
     g.add_argument("--draft", help="draft model for --method draft / draft-tree (name, folder or .gguf), or heads "
                                    "for --method medusa / eagle; default: the ones shipped or named for the target")
-    g.add_argument("--dtype", choices=("fp32", "bf16", "gguf"), default="bf16",
+    g.add_argument("--dtype", choices=("fp32", "bf16", "gguf"),
                    help="weights in fp32, bf16, or as the GGUF file stores them (gguf: quantized, exactly the "
-                        "fp32 model, fewer bytes); default bf16")
+                        "fp32 model, fewer bytes); default: the named model's (gguf for Qwen2.5-Coder), else bf16")
     g.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
 
 
@@ -308,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # --help (0) or a bad flag (2, message already printed)
         return int(e.code or 0)
+    if "dtype" in args and args.dtype is None:
+        args.dtype = catalog.default_dtype(getattr(args, "model", None))
     try:
         if args.command == "generate":
             return cmd_generate(args)

