@@ -56,35 +56,8 @@ template <typename T>
 void linear_impl(const float* x, int64_t M, int64_t K, const T* wp, int64_t panels, const float* bias,
                  float* y, int64_t N) {
   const int64_t ps = K * 16;
-  if (M <= 32) {  // decoding and verification: panel pairs, rows two at a time over each L1-sized k block
-    constexpr int64_t KB = 128;
-    const bool widen = M > 1 && !std::is_same<T, float>::value;   // several rows: widen each block to fp32 once
-    at::parallel_for(0, (panels + 1) / 2, 4, [&](int64_t b, int64_t e) {
-      alignas(32) float acc[32 * 32];
-      alignas(32) float wbuf[2 * KB * 16];
-      for (int64_t pp = b; pp < e; ++pp) {
-        const int64_t p = 2 * pp, np = std::min<int64_t>(2, panels - p), width = 16 * np;
-        std::fill(acc, acc + M * width, 0.0f);
-        for (int64_t k0 = 0; k0 < K; k0 += KB) {
-          const int64_t k1 = std::min<int64_t>(K, k0 + KB), kb = k1 - k0;
-          if (widen) {
-            for (int64_t q = 0; q < np; ++q) {
-              const T* src = wp + (p + q) * ps + k0 * 16;
-              for (int64_t i = 0; i < kb * 16; i += 8) _mm256_storeu_ps(wbuf + q * KB * 16 + i, load8(src + i));
-            }
-          }
-          for (int64_t m0 = 0; m0 < M; m0 += 2) {   // both panels, rows two at a time (up to 8 accumulators)
-            const int64_t mt = std::min<int64_t>(2, M - m0);
-            float* a = acc + m0 * width;
-            if (widen && np == 2) rows_tile<2>(mt, x + m0 * K + k0, K, wbuf, KB * 16, 0, kb, a, width);
-            else if (widen) rows_tile<1>(mt, x + m0 * K + k0, K, wbuf, KB * 16, 0, kb, a, width);
-            else if (np == 2) rows_tile<2>(mt, x + m0 * K, K, wp + p * ps, ps, k0, k1, a, width);
-            else rows_tile<1>(mt, x + m0 * K, K, wp + p * ps, ps, k0, k1, a, width);
-          }
-        }
-        store_rows(acc, M, width, p, 0, bias, y, N);
-      }
-    });
+  if (M <= 32) {  // decoding and verification (simd.h): weights converted in registers, rows in register tiles
+    few_rows<T>(x, M, K, wp, panels, bias, y, N);
     return;
   }
   // more rows: blocks of MC rows x KC k, one panel at a time; each slice is widened to fp32 once

@@ -12,8 +12,9 @@
 // low bits, so 16 outputs' words for a chunk of k are two 32-byte loads, unpacked with shifts and masks.
 // (d * sc, dmin * m and (d * sc) * q of Q4_K are exact in fp32, so the fma rounds once, where numpy's d*q - dm
 // does.) Each output is then the fp32 `linear` chain: acc = fma(x[m, k], w[n, k], acc), k ascending from 0.
-// One row streams the packed bytes straight into the FMAs; several rows dequantize each 128-k block of a panel
-// pair once into an fp32 buffer and run `linear`'s own tiles over it (simd.h).
+// One row streams the packed bytes straight into the FMAs; 2 .. 4 rows share each k's dequantized weights in
+// registers; more rows dequantize each 128-k block of a panel pair once into an fp32 buffer and run `linear`'s
+// own tiles over it (simd.h).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -143,6 +144,34 @@ void row_panels(const QWeight& w, int64_t p, const float* x, float* acc_out /*[N
   for (int j = 0; j < 2 * NP; ++j) _mm256_storeu_ps(acc_out + 8 * j, acc[j]);
 }
 
+// MT rows (2 .. 4), one panel p: acc_out [MT, 16] = the fp32 chains; each k's 16 weights dequantized once, in
+// registers, for all MT rows (2 MT accumulators)
+template <int KIND, int MT>
+void rows_panel(const QWeight& w, int64_t p, const float* x, int64_t ldx, float* acc_out) {
+  using PW = Panel<KIND>;
+  PW a(w, p);
+  __m256 acc[MT][2];
+  for (int m = 0; m < MT; ++m) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < w.K; g += PW::G) {
+    a.scales(g);
+    for (int64_t k = g; k < g + PW::G; k += PW::U) {
+      a.load(k);
+      unroll<0, PW::U>([&](auto i) {
+        constexpr int I = decltype(i)::value;
+        __m256 w0, w1;
+        a.template weights<I>(w0, w1);
+        for (int m = 0; m < MT; ++m) {
+          const __m256 xb = _mm256_broadcast_ss(x + m * ldx + k + I);
+          acc[m][0] = _mm256_fmadd_ps(xb, w0, acc[m][0]), acc[m][1] = _mm256_fmadd_ps(xb, w1, acc[m][1]);
+        }
+      });
+    }
+  }
+  for (int m = 0; m < MT; ++m) _mm256_storeu_ps(acc_out + 16 * m, acc[m][0]), _mm256_storeu_ps(acc_out + 16 * m + 8, acc[m][1]);
+}
+
+constexpr int64_t MQ = 4;   // rows up to which each group dequantizes in registers (beyond: a buffer per block)
+
 // panel p's weights for k in [k0, k1) (group-aligned) -> buf [k1 - k0, 16] fp32
 template <int KIND>
 void dequant_block(const QWeight& w, int64_t p, int64_t k0, int64_t k1, float* buf) {
@@ -167,24 +196,42 @@ template <int KIND>
 void qlinear_impl(const float* x, int64_t M, const QWeight& w, int64_t panels, const float* bias, float* y,
                   int64_t N) {
   const int64_t K = w.K;
-  if (M <= 32) {  // decoding and verification: panel pairs
-    constexpr int64_t KB = 128;
+  if (M == 1) {  // decoding: panel pairs, the packed bytes straight into the FMAs
+    at::parallel_for(0, (panels + 1) / 2, 4, [&](int64_t b, int64_t e) {
+      alignas(32) float acc[32];
+      for (int64_t pp = b; pp < e; ++pp) {
+        const int64_t p = 2 * pp, np = std::min<int64_t>(2, panels - p);
+        if (np == 2) row_panels<KIND, 2>(w, p, x, acc);
+        else row_panels<KIND, 1>(w, p, x, acc);
+        store_rows(acc, 1, 16 * np, p, 0, bias, y, N);
+      }
+    });
+    return;
+  }
+  if (M <= MQ) {  // a few rows: one panel at a time, each k's weights dequantized once for all rows, in registers
+    at::parallel_for(0, panels, 2, [&](int64_t b, int64_t e) {
+      alignas(32) float acc[MQ * 16];
+      for (int64_t p = b; p < e; ++p) {
+        if (M == 2) rows_panel<KIND, 2>(w, p, x, K, acc);
+        else if (M == 3) rows_panel<KIND, 3>(w, p, x, K, acc);
+        else rows_panel<KIND, 4>(w, p, x, K, acc);
+        store_rows(acc, M, 16, p, 0, bias, y, N);
+      }
+    });
+    return;
+  }
+  if (M <= 32) {  // verification: each 128-k block of a panel pair dequantized once into L1, then 2 x 2 tiles
+    constexpr int64_t KB = 128;                     // (measured faster here than 6 x 1 tiles over the buffer)
     at::parallel_for(0, (panels + 1) / 2, 4, [&](int64_t b, int64_t e) {
       alignas(32) float acc[32 * 32];
       alignas(32) float wbuf[2 * KB * 16];
       for (int64_t pp = b; pp < e; ++pp) {
         const int64_t p = 2 * pp, np = std::min<int64_t>(2, panels - p), width = 16 * np;
-        if (M == 1) {                                   // one row: weights straight into the FMAs
-          if (np == 2) row_panels<KIND, 2>(w, p, x, acc);
-          else row_panels<KIND, 1>(w, p, x, acc);
-          store_rows(acc, 1, width, p, 0, bias, y, N);
-          continue;
-        }
         std::fill(acc, acc + M * width, 0.0f);
-        for (int64_t k0 = 0; k0 < K; k0 += KB) {        // each 128-k block dequantized once, for all rows
+        for (int64_t k0 = 0; k0 < K; k0 += KB) {
           const int64_t k1 = std::min<int64_t>(K, k0 + KB), kb = k1 - k0;
           for (int64_t q = 0; q < np; ++q) dequant_block<KIND>(w, p + q, k0, k1, wbuf + q * KB * 16);
-          for (int64_t m0 = 0; m0 < M; m0 += 2) {       // both panels, rows two at a time (up to 8 accumulators)
+          for (int64_t m0 = 0; m0 < M; m0 += 2) {
             const int64_t mt = std::min<int64_t>(2, M - m0);
             if (np == 2) rows_tile<2>(mt, x + m0 * K + k0, K, wbuf, KB * 16, 0, kb, acc + m0 * width, width);
             else rows_tile<1>(mt, x + m0 * K + k0, K, wbuf, KB * 16, 0, kb, acc + m0 * width, width);

@@ -2,6 +2,7 @@
 // quantized product runs the very FMA chains of the fp32 one.
 #pragma once
 #include <torch/extension.h>
+#include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <algorithm>
 #include <cstdint>
@@ -21,16 +22,23 @@ inline __m256 load8(const at::Half* p) {
 // ---- linear ------------------------------------------------------------------------------------------------
 // Weights are packed in panels of 16 outputs: wp [panels, K, 16], so one k step loads 16 outputs' weights.
 // Accumulator (m, n) is fma(x[m, k], w[n, k], acc) for k = 0 .. K-1 whatever tile it sits in: a tile only decides
-// how many accumulators share one weight load.
+// how many accumulators share one weight load (and its conversion to fp32).
+//
+// Prefetch: a tile asks for the cache line at pf (and pf + one panel stride per further panel) every pf_every
+// k steps, pf advancing 64 bytes each time: the streaming weights some distance ahead, or a share of the next block.
 template <int MT, int NP, typename T>
 inline void tile(const float* x, int64_t ldx, const T* wp, int64_t panel_stride, int64_t k0, int64_t k1,
-                 float* acc_mem /*[MT] rows of lda, NP * 16 used*/, int64_t lda) {
+                 float* acc_mem /*[MT] rows of lda, NP * 16 used*/, int64_t lda, const char* pf = nullptr,
+                 int64_t pf_every = 1) {
   __m256 acc[MT][2 * NP];
   for (int m = 0; m < MT; ++m)
     for (int j = 0; j < 2 * NP; ++j) acc[m][j] = _mm256_loadu_ps(acc_mem + m * lda + j * 8);
+  int64_t wait = 0;
   for (int64_t k = k0; k < k1; ++k) {
-    if ((k & 1) == 0)                           // streaming weights: ask for them 32 k steps (1 KiB) ahead
-      for (int p = 0; p < NP; ++p) _mm_prefetch(reinterpret_cast<const char*>(wp + p * panel_stride + (k + 32) * 16), _MM_HINT_T0);
+    if (pf && --wait <= 0) {
+      for (int p = 0; p < NP; ++p) _mm_prefetch(pf + p * panel_stride * sizeof(T), _MM_HINT_T0);
+      pf += 64, wait = pf_every;
+    }
     __m256 w[2 * NP];
     for (int p = 0; p < NP; ++p) {
       w[2 * p] = load8(wp + p * panel_stride + k * 16);
@@ -47,14 +55,14 @@ inline void tile(const float* x, int64_t ldx, const T* wp, int64_t panel_stride,
 
 template <int NP, typename T>
 void rows_tile(int64_t mt, const float* x, int64_t ldx, const T* wp, int64_t ps, int64_t k0, int64_t k1, float* a,
-               int64_t lda) {
+               int64_t lda, const char* pf = nullptr, int64_t pf_every = 1) {
   switch (mt) {
-    case 1: tile<1, NP>(x, ldx, wp, ps, k0, k1, a, lda); break;
-    case 2: tile<2, NP>(x, ldx, wp, ps, k0, k1, a, lda); break;
-    case 3: tile<3, NP>(x, ldx, wp, ps, k0, k1, a, lda); break;
-    case 4: tile<4, NP>(x, ldx, wp, ps, k0, k1, a, lda); break;
-    case 5: tile<5, NP>(x, ldx, wp, ps, k0, k1, a, lda); break;
-    default: tile<6, NP>(x, ldx, wp, ps, k0, k1, a, lda); break;
+    case 1: tile<1, NP>(x, ldx, wp, ps, k0, k1, a, lda, pf, pf_every); break;
+    case 2: tile<2, NP>(x, ldx, wp, ps, k0, k1, a, lda, pf, pf_every); break;
+    case 3: tile<3, NP>(x, ldx, wp, ps, k0, k1, a, lda, pf, pf_every); break;
+    case 4: tile<4, NP>(x, ldx, wp, ps, k0, k1, a, lda, pf, pf_every); break;
+    case 5: tile<5, NP>(x, ldx, wp, ps, k0, k1, a, lda, pf, pf_every); break;
+    default: tile<6, NP>(x, ldx, wp, ps, k0, k1, a, lda, pf, pf_every); break;
   }
 }
 
@@ -66,6 +74,54 @@ inline void store_rows(const float* acc, int64_t rows, int64_t width, int64_t p,
       int64_t n = p * 16 + j;
       if (n < N) y[(m0 + m) * N + n] = bias ? acc[m * width + j] + bias[n] : acc[m * width + j];
     }
+}
+
+// Rows in groups of at most 6 (6 rows x 1 panel = 12 accumulators + 2 weight vectors + 1 broadcast: 15 of 16
+// ymm), sizes as even as possible: group g of G covers rows [first(g), first(g + 1)).
+constexpr int64_t MAX_GROUP = 6;
+inline int64_t n_groups(int64_t M, int64_t mg = MAX_GROUP) { return (M + mg - 1) / mg; }
+inline int64_t group_first(int64_t M, int64_t G, int64_t g) { return g * (M / G) + std::min(g, M % G); }
+
+// Few rows (1 <= M <= 32), weights in their stored type, converted to fp32 in registers by each tile:
+//   M <= 2:  panel pairs, all rows in one tile, one sweep over K streaming the weights (1 KiB ahead)
+//   M 3, 4:  panel pairs, rows in pairs (2 x 2 tiles: 8 accumulators), in k blocks of KB (below)
+//   M 5, 6:  single panels, all rows in one tile (up to 12 accumulators), one sweep over K
+//   M > 6:   single panels, rows in groups of <= 6, in k blocks of KB: each block's first group streams it from
+//            memory, the others find it in L1; every group prefetches its share of the next block so memory stays
+//            busy throughout. (Tile shapes per M chosen by measurement on Zen 3, 1 thread.)
+template <typename T>
+void few_rows(const float* x, int64_t M, int64_t K, const T* wp, int64_t panels, const float* bias, float* y,
+              int64_t N) {
+  const int64_t ps = K * 16, G = n_groups(M, M <= 4 ? 2 : MAX_GROUP), every = std::max<int64_t>(1, 64 / (16 * sizeof(T)));
+  const int64_t NP = M <= 4 ? 2 : 1;
+  at::parallel_for(0, (panels + NP - 1) / NP, 4 / NP, [&](int64_t b, int64_t e) {
+    alignas(32) float acc[32 * 32];
+    for (int64_t pp = b; pp < e; ++pp) {
+      const int64_t p = NP * pp, np = std::min<int64_t>(NP, panels - p), width = 16 * np;
+      const T* w = wp + p * ps;
+      std::fill(acc, acc + M * width, 0.0f);
+      if (G == 1) {
+        const char* pf = reinterpret_cast<const char*>(w) + 1024;
+        if (np == 2) rows_tile<2>(M, x, K, w, ps, 0, K, acc, width, pf, every);
+        else rows_tile<1>(M, x, K, w, ps, 0, K, acc, width, pf, every);
+      } else {
+        constexpr int64_t KB = 256;
+        for (int64_t k0 = 0; k0 < K; k0 += KB) {
+          const int64_t k1 = std::min<int64_t>(K, k0 + KB), kb = k1 - k0;
+          const int64_t lines = (KB * 16 * sizeof(T) + 63) / 64, share = (lines + G - 1) / G;
+          const char* next = reinterpret_cast<const char*>(w + k1 * 16);   // next block (or next panel's first)
+          for (int64_t g = 0; g < G; ++g) {
+            const int64_t m0 = group_first(M, G, g), mt = group_first(M, G, g + 1) - m0;
+            if (np == 2) rows_tile<2>(mt, x + m0 * K, K, w, ps, k0, k1, acc + m0 * 32, 32, next + g * share * 64,
+                         std::max<int64_t>(1, kb / share));
+            else rows_tile<1>(mt, x + m0 * K, K, w, ps, k0, k1, acc + m0 * 16, 16, next + g * share * 64,
+                         std::max<int64_t>(1, kb / share));
+          }
+        }
+      }
+      store_rows(acc, M, width, p, 0, bias, y, N);
+    }
+  });
 }
 
 constexpr int64_t KC = 128;   // k block: a panel slice of KC x 16 stays in L1 across a block of row tiles
