@@ -170,7 +170,8 @@ void rows_panel(const QWeight& w, int64_t p, const float* x, int64_t ldx, float*
   for (int m = 0; m < MT; ++m) _mm256_storeu_ps(acc_out + 16 * m, acc[m][0]), _mm256_storeu_ps(acc_out + 16 * m + 8, acc[m][1]);
 }
 
-constexpr int64_t MQ = 4;   // rows up to which each group dequantizes in registers (beyond: a buffer per block)
+constexpr int64_t MQ = 4;   // rows a group dequantizes for in registers
+constexpr int64_t MG = 16;  // rows up to which groups of MQ are used (beyond: a buffer per block)
 
 // panel p's weights for k in [k0, k1) (group-aligned) -> buf [k1 - k0, 16] fp32
 template <int KIND>
@@ -208,14 +209,22 @@ void qlinear_impl(const float* x, int64_t M, const QWeight& w, int64_t panels, c
     });
     return;
   }
-  if (M <= MQ) {  // a few rows: one panel at a time, each k's weights dequantized once for all rows, in registers
+  if (M <= MG) {  // a few rows: one panel at a time, rows in groups of at most MQ, each k's weights dequantized
+                  // in registers once per group (the panel stays in L2 for the next group)
+    const int64_t groups = (M + MQ - 1) / MQ;
     at::parallel_for(0, panels, 2, [&](int64_t b, int64_t e) {
       alignas(32) float acc[MQ * 16];
       for (int64_t p = b; p < e; ++p) {
-        if (M == 2) rows_panel<KIND, 2>(w, p, x, K, acc);
-        else if (M == 3) rows_panel<KIND, 3>(w, p, x, K, acc);
-        else rows_panel<KIND, 4>(w, p, x, K, acc);
-        store_rows(acc, M, 16, p, 0, bias, y, N);
+        for (int64_t g = 0, m0 = 0; g < groups; ++g) {
+          const int64_t mt = (M - m0) / (groups - g);          // balanced: 5 rows -> 2 + 3, 9 -> 3 + 3 + 3
+          const float* xg = x + m0 * K;
+          if (mt == 1) rows_panel<KIND, 1>(w, p, xg, K, acc);
+          else if (mt == 2) rows_panel<KIND, 2>(w, p, xg, K, acc);
+          else if (mt == 3) rows_panel<KIND, 3>(w, p, xg, K, acc);
+          else rows_panel<KIND, 4>(w, p, xg, K, acc);
+          store_rows(acc, mt, 16, p, m0, bias, y, N);
+          m0 += mt;
+        }
       }
     });
     return;
