@@ -39,6 +39,13 @@ def as_hf_model(draft, torch_dtype):
     return model.to(torch_dtype).to(draft.device).eval()
 
 
+def peer_stats(tokens: list[int], new: int, elapsed: float) -> dict:
+    """A peer's run as a bench row: its speed and tokens; it reports no passes or acceptance of its own."""
+    return {"tokens_per_s": new / elapsed, "new_tokens": new, "target_passes": 1, "mean_accepted_tokens": None,
+            "checked_tokens": 0, "accepted_tokens": 0, "acceptance_by_position": [], "_accepted_by_position": [],
+            "_checked_by_position": [], "_tokens": tokens, "time_total_s": elapsed}
+
+
 class HFRunner:
     def __init__(self, target, methods: list[str], cfg, draft: str | None = None):
         """draft: the draft model's folder for hf-draft (default: the shipped draft)."""
@@ -89,8 +96,5 @@ class HFRunner:
             new = len(tokens)
             while tokens and tokens[-1] in self.cfg.stop_token_ids:
                 tokens.pop()
-            out[method] = {"tokens_per_s": new / elapsed, "new_tokens": new, "target_passes": 1,
-                           "mean_accepted_tokens": None, "checked_tokens": 0, "accepted_tokens": 0,
-                           "acceptance_by_position": [], "_accepted_by_position": [], "_checked_by_position": [],
-                           "_tokens": tokens}
+            out[method] = peer_stats(tokens, new, elapsed)
         return out

@@ -15,6 +15,7 @@ import time
 import torch
 
 from .errors import VerispecError
+from .hf_compare import peer_stats
 
 LLAMACPP_METHODS = ("llamacpp-plain", "llamacpp-lookup", "llamacpp-draft")
 LOOKUP_K, DRAFT_K = 10, 4
@@ -81,9 +82,5 @@ class LlamaCppRunner:
                 if len(tokens) >= self.cfg.max_new_tokens:
                     break
             elapsed = time.perf_counter() - t0
-            new = len(tokens)                                               # stop tokens not counted, as in ours
-            out[method] = {"tokens_per_s": new / elapsed, "new_tokens": new, "target_passes": 1,
-                           "mean_accepted_tokens": None, "checked_tokens": 0, "accepted_tokens": 0,
-                           "acceptance_by_position": [], "_accepted_by_position": [], "_checked_by_position": [],
-                           "_tokens": tokens, "time_total_s": elapsed}
+            out[method] = peer_stats(tokens, len(tokens), elapsed)    # stop tokens not counted, as in ours
         return out

@@ -35,6 +35,22 @@ def unpermute_rotary(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def _checkpoint_rows(w: np.ndarray, gguf_name: str, arch: str, n_head: int, n_kv: int) -> np.ndarray:
+    """A tensor's rows [N, ...] in the checkpoint's order: llama's Q and K un-permuted, everything else as is."""
+    if arch == "llama" and gguf_name.endswith("attn_q.weight"):
+        return unpermute_rotary(w, n_head)
+    if arch == "llama" and gguf_name.endswith("attn_k.weight"):
+        return unpermute_rotary(w, n_kv)
+    return w
+
+
+def _dequantized(t, arch: str, n_head: int, n_kv: int) -> np.ndarray:
+    """GGUF tensor `t` as fp32, rows in the checkpoint's order."""
+    import gguf
+    w = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32, order="C", copy=True)
+    return _checkpoint_rows(w, t.name, arch, n_head, n_kv)
+
+
 def hf_name(gguf_name: str) -> str:
     parts = gguf_name.split(".")
     if parts[0] == "blk" and parts[2] in _LAYER_NAMES:
@@ -86,12 +102,7 @@ def read_gguf(path: Path, announce: str | None = None):
 
     def tensors():
         for t in reader.tensors:
-            w = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32, order="C", copy=True)
-            if arch == "llama" and t.name.endswith("attn_q.weight"):
-                w = unpermute_rotary(w, n_head)
-            elif arch == "llama" and t.name.endswith("attn_k.weight"):
-                w = unpermute_rotary(w, n_kv)
-            yield hf_name(t.name), w
+            yield hf_name(t.name), _dequantized(t, arch, n_head, n_kv)
     tok_json, tok_cfg = _tokenizer(reader, tokens, config)
     return config, tensors(), tok_json, tok_cfg
 
@@ -168,13 +179,9 @@ def quantized_weights(path: Path, cfg) -> tuple[dict, dict]:
         if len(t.shape) == 2 and kind in quant.TYPES and name != "model.embed_tokens.weight":
             n, k = int(t.shape[1]), int(t.shape[0])
             raw = np.asarray(t.data).reshape(n, -1)                                 # [N, bytes per row]
-            if arch == "llama" and t.name.endswith(("attn_q.weight", "attn_k.weight")):   # whole rows move
-                raw = unpermute_rotary(raw, cfg.num_heads if "attn_q" in t.name else cfg.num_kv_heads)
+            raw = _checkpoint_rows(raw, t.name, arch, cfg.num_heads, cfg.num_kv_heads)   # whole rows move
             packed[name] = quant.pack(raw, kind, n, k)
             hf[name] = torch.empty(n, k, device="meta")
         else:
-            w = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32, order="C", copy=True)
-            if arch == "llama" and t.name.endswith(("attn_q.weight", "attn_k.weight")):
-                w = unpermute_rotary(w, cfg.num_heads if "attn_q" in t.name else cfg.num_kv_heads)
-            hf[name] = torch.from_numpy(w)
+            hf[name] = torch.from_numpy(_dequantized(t, arch, cfg.num_heads, cfg.num_kv_heads))
     return hf, packed

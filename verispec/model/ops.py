@@ -242,8 +242,8 @@ def layer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
     ks, vs = rows.caches(index)
     b, t, d = x.shape
     cos, sin = (r.reshape(b * t, -1) for r in rope)
-    y = kernels.load().layer(x.reshape(b * t, d), params, widths, cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx, rows.extra, rows.n_extra, a.h, block.attn_norm.eps,
-                             a.d ** -0.5, CHUNK)
+    y = kernels.load().layer(x.reshape(b * t, d), params, widths, cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx,
+                             rows.extra, rows.n_extra, a.h, block.attn_norm.eps, a.d ** -0.5, CHUNK)
     return y.view(b, t, d)
 
 
