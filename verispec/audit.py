@@ -128,6 +128,8 @@ def cmd_audit(args) -> int:
     from .engine import Engine, GenerationConfig
     from .sampling import SamplingConfig
     check_decoding_flags(args)
+    if args.reference_url:
+        raise VerispecError("--reference-url goes with --url (the endpoint to audit against it)")
     if args.samples < 10 or args.tokens < 1:
         raise VerispecError("audit needs --samples >= 10 and --tokens >= 1")
     if args.method == "plain":

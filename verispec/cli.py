@@ -77,6 +77,20 @@ def _head_training_flags(p: argparse.ArgumentParser, what: str, batch: int, batc
     p.add_argument("--seed", type=int, default=0)
 
 
+def _remote_flags(p: argparse.ArgumentParser, audit: bool) -> None:
+    g = p.add_argument_group("remote endpoint (any OpenAI-compatible server; no model loads here)")
+    if audit:
+        g.add_argument("--url", help="audit this endpoint (http://host:port[/v1]) against --reference-url")
+        g.add_argument("--reference-url", help="the same model served without speculation")
+        g.add_argument("--concurrency", type=int, default=8, help="requests in flight per endpoint (default 8)")
+    else:
+        g.add_argument("--url", action="append", help="benchmark this endpoint instead of local methods; repeat "
+                                                      "to compare endpoints side by side (ratios to the first)")
+        g.add_argument("--request-methods", help="verispec servers: speculative.method per request, e.g. "
+                                                 "plain,ngram (one row each)")
+    g.add_argument("--remote-model", help="model id to request (default: the first /v1/models lists)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="verispec", description="Exact speculative decoding of Llama-family models.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -98,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=1,
                    help="run each prompt this many times per method, in alternating order, and keep the median")
     b.set_defaults(max_new_tokens=64)
+    _remote_flags(b, audit=False)
 
     a = sub.add_parser("audit", help="check that speculative sampling reproduces plain sampling's distribution")
     a.add_argument("--method", default="ngram")
@@ -108,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     _model_flags(a)
     _decoding_flags(a)
     a.set_defaults(temperature=1.0, k=4)
+    _remote_flags(a, audit=True)
     d = sub.add_parser("demo", help="a few prompts: plain against speculative decoding (what `make run` shows)")
     d.add_argument("--methods", default="ngram,draft,eagle", help="speculative methods to compare with plain")
     d.add_argument("--k", type=_k_arg, default="auto")
@@ -219,6 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--tree", help="token tree of the default method (as for generate), e.g. auto+ngram for "
                                    "eagle: the fastest greedy mode here")
     sv.add_argument("--name", help="model name clients use (default: the model folder's name)")
+    sv.add_argument("--acceptance", choices=("exact", "typical"), default="exact",
+                    help="exact (default), or typical: Medusa's typical acceptance for tree methods, LOSSY at "
+                         "T > 0 (for checking `verispec audit --url`, which must FAIL it)")
     sv.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     _serve_limit_flags(sv)
     _model_flags(sv)
@@ -313,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "generate":
             return cmd_generate(args)
+        if args.command in ("bench", "audit") and args.url:
+            from .remote_cmds import cmd_audit_remote, cmd_bench_remote
+            return (cmd_bench_remote if args.command == "bench" else cmd_audit_remote)(args)
         if args.command == "bench":
             from .bench import cmd_bench
             return cmd_bench(args)

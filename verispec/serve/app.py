@@ -45,7 +45,7 @@ class Server:
     def __init__(self, target: Target, method: str = "ngram", k: int | str = "auto", max_batch: int = 16,
                  draft: str | None = None, name: str | None = None, tree: str | None = None,
                  limits: Limits | None = None, allowed_methods: list[str] | None = None,
-                 api_key: str | None = None, prefill_chunk: int = 0):
+                 api_key: str | None = None, prefill_chunk: int = 0, acceptance: str = "exact"):
         self.target, self.method, self.k, self.draft, self.tree = target, method, k, draft, tree  # tree: the
         # default method's --tree (other methods, requested per request, draft their default shape)
         self.name = name or os.path.basename(os.path.normpath(target.folder))
@@ -65,6 +65,9 @@ class Server:
         self._proposers = {}
         for m in allowed:                           # every allowed method's weights load now, never later
             self._proposers[m] = self._load(m)
+        self.acceptance = acceptance                # "typical": LOSSY, tree methods only (Sequence checks)
+        if acceptance == "typical" and not self._proposers[method].makes_trees:
+            raise VerispecError(f"--acceptance typical needs a tree method (draft-tree, medusa, eagle), not {method}")
 
     def _load(self, method: str):
         if method not in METHODS:
@@ -101,6 +104,8 @@ class Server:
         tok = self.target.tokenizer
         try:
             cfg = GenerationConfig(max_new_tokens=max_tokens, k=k, seed=seed, k_max=min(K_MAX_AUTO, self.limits.max_k),
+                                   acceptance=self.acceptance if getattr(self._proposers.get(method), "makes_trees",
+                                                                         False) else "exact",
                                    sampling=SamplingConfig(req.temperature, 0, req.top_p),
                                    stop_token_ids=tok.stop_token_ids)
             job = Job(method, asyncio.get_running_loop(), pinned=req.seed is not None and req.temperature > 0)

@@ -31,7 +31,7 @@ def cmd_serve(args) -> int:
     target = Target.load(args.model, args.dtype, args.device)
     try:
         server = Server(target, args.method, args.k, args.max_batch, args.draft, args.name, args.tree, limits,
-                        allowed, args.api_key or None, args.prefill_chunk)
+                        allowed, args.api_key or None, args.prefill_chunk, args.acceptance)
     except APIError as e:                            # a bad --method / --tree / --draft: one line, exit 2
         raise VerispecError(e.message) from None
     import threading

@@ -1,0 +1,76 @@
+"""`verispec audit --url` and `verispec bench --url` against verispec's own server on 127.0.0.1: an exact
+speculative server passes against a plain one, the same server with typical acceptance (lossy) fails, and the
+benchmark reports side-by-side figures; bad endpoints are one-line errors."""
+import json
+
+import pytest
+
+from tests.serving import serving
+from verispec.cli import main
+from verispec.errors import VerispecError
+from verispec.remote import Endpoint, Sample, _logprobs
+from verispec.remote_cmds import outcomes
+from verispec.serve.app import Server
+from verispec.serve.loadtest import free_port
+
+PROMPT = "Repeat this sentence exactly: the blue cat sat on the blue mat."
+
+
+def test_outcomes_are_tokens_where_returned_else_fixed_text_pieces():
+    s = Sample("Hello, world  again", "length", ["Hel", "lo", ","], [-0.1, -0.2, -0.3])
+    assert outcomes([s], 4, tokens=True) == [("Hel", "lo", ",", "<end>")]
+    assert outcomes([s], 4, tokens=False) == [("Hello", ",", " ", "world")]
+    assert _logprobs({"content": [{"token": "a", "logprob": -1.5}]}) == (["a"], [-1.5])
+    assert _logprobs({"tokens": ["a", "b"], "token_logprobs": [-1.0, None]}) == (["a", "b"], [-1.0, 0.0])
+    assert _logprobs(None) == (None, None)
+
+
+def test_bad_endpoints_are_one_line_errors(capsys):
+    dead = f"http://127.0.0.1:{free_port()}"
+    assert main(["audit", "--url", dead, "--reference-url", dead, "--samples", "10"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("verispec: error: ") and err.count("\n") == 1 and "ConnectError" in err
+    assert main(["audit", "--url", dead]) == 2
+    assert "--reference-url" in capsys.readouterr().err
+    assert main(["audit", "--reference-url", dead]) == 2
+    assert "goes with --url" in capsys.readouterr().err
+    assert main(["bench", "--prompts", "bench/dev_prompts.jsonl", "--url", "ftp://x"]) == 2
+    assert "not an http(s) URL" in capsys.readouterr().err
+    with pytest.raises(VerispecError, match="not an http"):
+        Endpoint("localhost:8000")
+
+
+@pytest.fixture(scope="module")
+def three_servers(target_bf16):
+    """A plain server, an exact Medusa server and a Medusa server with typical acceptance (LOSSY)."""
+    plain = Server(target_bf16, "plain", "auto", max_batch=16)
+    exact = Server(target_bf16, "medusa", "auto", max_batch=16)
+    lossy = Server(target_bf16, "medusa", "auto", max_batch=16, acceptance="typical")
+    with serving(plain) as a, serving(exact) as b, serving(lossy) as c:
+        yield a, b, c
+
+
+AUDIT = ["--samples", "120", "--tokens", "3", "--concurrency", "16", "--no-chat", "--prompt", PROMPT]
+
+
+def test_remote_audit_passes_exact_speculation_and_fails_typical_acceptance(three_servers, capsys):
+    plain, exact, lossy = three_servers
+    assert main(["audit", "--url", exact, "--reference-url", plain] + AUDIT) == 0
+    out = capsys.readouterr().out
+    assert "PASS" in out and "drafted" in out
+    assert main(["audit", "--url", lossy, "--reference-url", plain] + AUDIT) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_remote_bench_compares_endpoints_side_by_side(three_servers, tmp_path, capsys):
+    plain, exact, _ = three_servers
+    out = tmp_path / "remote.json"
+    assert main(["bench", "--prompts", "bench/dev_prompts.jsonl", "--limit", "1", "--max-new-tokens", "12",
+                 "--url", plain, "--url", exact, "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "vs 1st" in table and exact[7:] in table
+    r = json.loads(out.read_text())
+    first, second = (r["results"][n] for n in r["endpoints"])
+    assert first["identical_to_first"] == 1.0 and second["identical_to_first"] == 1.0    # greedy: exact
+    assert first["acceptance"] is None and second["acceptance"] is not None             # plain drafts nothing
+    assert second["runs"] == first["runs"] >= 3 and second["tok_s"] > 0 and second["ttft_s"] > 0
