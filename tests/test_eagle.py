@@ -242,3 +242,25 @@ def test_init_fine_tunes_a_trained_head(tmp_path, tiny_dir, tiny_distill_dir, ti
     ids = [load_file(str(folder / "eagle.safetensors"))["head_ids"] for folder in (tiny_eagle[0], tmp_path / "tuned")]
     assert torch.equal(*ids)                                        # the trained head's tokens, kept
     assert "started from the trained head" in (tmp_path / "tuned" / "README.md").read_text()
+
+
+def test_eagle1_layout_trains_and_drafts_exactly(tmp_path, tiny_dir, tiny_distill_dir):
+    """--layout eagle1 (no input norm, no final norm: what vLLM's and SGLang's EAGLE run) trains, loads and drafts
+    (op by op: the one-call layer kernel needs the input norm) with greedy output equal to plain decoding."""
+    from verispec.api import Target, make_engine
+    from verispec.engine import GenerationConfig
+    out = tmp_path / "e1"
+    assert main(["train-eagle", "--data", str(tiny_distill_dir), "--out", str(out), "--model", str(tiny_dir),
+                 "--head-tokens", "256", "--steps", "4", "--eval-every", "4", "--batch", "2", "--dtype", "fp32",
+                 "--layout", "eagle1"]) == 0
+    assert json.loads((out / "config.json").read_text())["eagle_layout"] == "eagle1"
+    assert "EAGLE-1's layout" in (out / "README.md").read_text()
+    target = Target.load(str(tiny_dir), "fp32", "cpu")
+    head, _ = load_eagle(out, target.model, torch.float32)
+    assert head.layout == "eagle1"
+    assert [k for k in head.state_dict() if "norm" in k] == ["decoder.layers.0.mlp_norm.weight"]
+    cfg = GenerationConfig(max_new_tokens=16, k="auto", stop_token_ids=frozenset())
+    prompt = target.tokenizer.prompt_ids("Count to 7")
+    plain = make_engine("plain", target).generate(prompt, cfg).token_ids
+    for tree in (None, "dynamic"):
+        assert make_engine("eagle", target, str(out), tree=tree).generate(prompt, cfg).token_ids == plain

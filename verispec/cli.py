@@ -221,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     te.add_argument("--feature-layers", default="final", help="target features the head reads: 'final' (the "
                                                                   "final-normed state), or decoder layers fused, "
                                                                   "e.g. 2,15,29 or 2,15,final (measurement only)")
+    te.add_argument("--layout", choices=("verispec", "eagle1"), default="verispec",
+                    help="verispec: input and final norms; eagle1: EAGLE-1's layout (neither), the one vLLM's and "
+                         "SGLang's EAGLE run, so `verispec export --format vllm` carries it exactly")
     te.add_argument("--init", metavar="HEAD", help="start from a trained head folder (fine-tuning; its head tokens)")
     te.add_argument("--stop-at", type=int, default=None, help="stop after this step's checkpoint (resume later)")
     te.add_argument("--bf16-autocast", action="store_true", help="train under bf16 autocast (faster on CPUs with "

@@ -11,6 +11,13 @@ The decoder layer is `Llama`'s own block (a one-layer `Llama` fed input vectors 
 model code is copied. The token embedding and output matrix are the target's, borrowed at load time and never
 stored: a head folder holds fc (2D x D) and one layer, about 5 M weights (fp16 safetensors), a config and a
 model card.
+
+Two layouts of the same parts (`layout`, saved as the config's `eagle_layout`):
+- "verispec": the layer normalizes its input (input RMSNorm) and the head's output is final-normed, on the scale of
+  the target's own features; that normed vector is both the prediction fed back and what the logits read.
+- "eagle1": EAGLE-1's reference layout, as vLLM's `eagle` and SGLang's EAGLE run it: no input norm on the layer and
+  no final norm; the layer's raw output is fed back and read by the logits. Only this layout exports to them
+  exactly (`verispec export --format vllm`).
 """
 from __future__ import annotations
 
@@ -27,15 +34,20 @@ from .llama import Llama, LlamaConfig
 from .ops import Linear, product
 
 
+LAYOUTS = ("verispec", "eagle1")
+
+
 class EagleHead(nn.Module):
     def __init__(self, target_cfg: LlamaConfig, head_ids: torch.Tensor, taps: tuple[int, ...] = (),
-                 final: bool = True):
+                 final: bool = True, layout: str = "verispec"):
         """taps, final: the target features the head reads, the outputs of decoder layers `taps` (before the
         final norm) and, if `final`, the final-normed state; anything but the final state alone is first fused
         to D (`fuse`, as EAGLE-3 fuses low, middle and high layers). Drafting reads the final state alone."""
         super().__init__()
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown EAGLE layout {layout!r} (known: {', '.join(LAYOUTS)})")
         d = target_cfg.hidden_size
-        self.taps, self.final = tuple(taps), final
+        self.taps, self.final, self.layout = tuple(taps), final, layout
         self.in_width = d * (len(self.taps) + final)                    # columns of the target features read
         self.fuse = Linear(self.in_width, d, bias=False) if self.taps else None
         self.cfg = replace(target_cfg, num_layers=1, vocab_size=1, tie_embeddings=True, head_tokens=0,
@@ -43,6 +55,9 @@ class EagleHead(nn.Module):
         self.fc = Linear(2 * d, d, bias=False)                      # [f_j, e(x_{j+1})] -> D
         self.decoder = Llama(self.cfg)                                  # one block + final norm (its 1-row
         self.register_buffer("head_ids", head_ids.clone())             # embedding is unused)
+        if layout == "eagle1":                                          # no input norm, no final norm
+            self.decoder.layers[0].attn_norm = nn.Identity()
+            self.decoder.norm = nn.Identity()
         self.embed: torch.Tensor | None = None                         # [V, D] the target's, borrowed
         self.out: torch.Tensor | None = None                           # [H, D] its rows for head_ids
         self.out_product = None                                        # drafting's x -> x @ out.T, row-invariant
@@ -81,7 +96,8 @@ class EagleHead(nn.Module):
             (tmp / "config.json").write_text(json.dumps({"verispec_eagle": 1, **json.loads(self.cfg.to_json()),
                                                          "head_tokens_eagle": len(self.head_ids),
                                                          "feature_taps": list(self.taps),
-                                                         "feature_final": self.final, **extra},
+                                                         "feature_final": self.final,
+                                                         "eagle_layout": self.layout, **extra},
                                                         indent=2))
             (tmp / "README.md").write_text(card)
 
@@ -101,7 +117,7 @@ def load_eagle(folder: str | Path, target, dtype: torch.dtype) -> tuple[EagleHea
         if cfg.get("feature_taps") or not cfg.get("feature_final", True):
             raise ValueError(f"it reads the target's layers {cfg.get('feature_taps')}, and drafting feeds heads the "
                              "final feature only (train-eagle --feature-layers final)")
-        head = EagleHead(target.cfg, state["head_ids"])
+        head = EagleHead(target.cfg, state["head_ids"], layout=cfg.get("eagle_layout", "verispec"))
         head.load_state_dict(state)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         raise VerispecError(f"cannot load the EAGLE head from {folder}: {e}") from None

@@ -128,7 +128,8 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x, rope, rows, layer):
-        if rows is not None and rows.kernels and ops.fused(x) and self.attn.wqkv.quant is None:  # one kernel call
+        if rows is not None and rows.kernels and ops.fused(x) and self.attn.wqkv.quant is None \
+                and isinstance(self.attn_norm, RMSNorm):                  # one kernel call (not EAGLE-1's layout)
             return ops.layer(self, x, rope, rows, layer)
         x = x + self.attn(self.attn_norm(x), rope, rows, layer)
         return x + self.mlp(self.mlp_norm(x))

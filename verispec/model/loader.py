@@ -80,10 +80,11 @@ def fuse_hf_state(hf: dict[str, torch.Tensor], cfg: LlamaConfig) -> dict[str, to
 def split_to_hf(model: Llama) -> dict[str, torch.Tensor]:
     """Inverse of `fuse_hf_state`: our weights under Hugging Face names, ready for safetensors.
 
-    A draft with cfg.embed_from_target leaves its (borrowed) input embedding out.
+    A draft with cfg.embed_from_target leaves its (borrowed) input embedding out; a norm the model lacks (an
+    EAGLE-1-layout head's, `model.eagle`) is left out.
     """
     cfg, sd = model.cfg, model.state_dict()
-    hf = {"model.norm.weight": sd["norm.weight"]}
+    hf = {"model.norm.weight": sd.get("norm.weight")}
     if not cfg.embed_from_target:
         hf["model.embed_tokens.weight"] = sd["embed.weight"]
     if not cfg.tie_embeddings:
@@ -99,12 +100,12 @@ def split_to_hf(model: Llama) -> dict[str, torch.Tensor]:
                    p + "self_attn.v_proj.weight": wv, p + "self_attn.o_proj.weight": sd[f"layers.{i}.attn.wo.weight"],
                    p + "mlp.gate_proj.weight": gate, p + "mlp.up_proj.weight": up,
                    p + "mlp.down_proj.weight": sd[f"layers.{i}.mlp.w2.weight"],
-                   p + "input_layernorm.weight": sd[f"layers.{i}.attn_norm.weight"],
+                   p + "input_layernorm.weight": sd.get(f"layers.{i}.attn_norm.weight"),
                    p + "post_attention_layernorm.weight": sd[f"layers.{i}.mlp_norm.weight"]})
         if cfg.attention_bias:
             bq, bk, bv = sd[f"layers.{i}.attn.wqkv.bias"].split((q, kv, kv))
             hf.update({p + "self_attn.q_proj.bias": bq, p + "self_attn.k_proj.bias": bk, p + "self_attn.v_proj.bias": bv})
-    return {k: v.contiguous() for k, v in hf.items()}
+    return {k: v.contiguous() for k, v in hf.items() if v is not None}
 
 
 def gguf_source(folder: Path) -> Path:

@@ -23,8 +23,9 @@ def model_card(args, feature: str, info: str, acc: list[list[float]], wall_s: fl
              "and drafts by feeding its predictions back.", "", "```",
              "verispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]), "```", "",
              f"- target: {args.model or 'SmolLM2-135M-Instruct (verispec default)'}; feature: {feature}",
-             f"- head: fc [f_j, e(x_(j+1))] 2D -> D, one Llama decoder layer, output = the target's embedding rows "
-             f"of the {args.head_tokens} most frequent answer tokens (borrowed, not stored)",
+             f"- head: fc [f_j, e(x_(j+1))] 2D -> D, one Llama decoder layer ({LAYOUT_TEXT[args.layout]}), output "
+             f"= the target's embedding rows of the {args.head_tokens} most frequent answer tokens (borrowed, not "
+             f"stored)",
              *([f"- started from the trained head `{args.init}`"] if args.init else []),
              f"- training: {args.steps} steps x {args.batch} sequences, lr {args.lr}, seed {args.seed}; loss smooth "
              f"L1 on features + {args.cls_weight} x KL(target || head); feature noise U(-{args.noise}, "
@@ -39,6 +40,10 @@ def model_card(args, feature: str, info: str, acc: list[list[float]], wall_s: fl
              "Held-out during training: " + ", ".join(f"step {h['step']}: loss {h['loss']:.3f} top-1 {h['top1']:.3f}"
                                                       for h in history), ""]
     return "\n".join(lines)
+
+
+LAYOUT_TEXT = {"verispec": "with its input norm, output final-normed",
+               "eagle1": "EAGLE-1's layout: no input norm, no final norm; exports exactly to vLLM and SGLang"}
 
 
 def parse_layers(spec: str, num_layers: int | None = None) -> tuple[tuple[int, ...], bool]:
@@ -82,6 +87,8 @@ def cmd_train_eagle(args) -> int:
                 "lr": args.lr, "seed": args.seed, "cls_weight": args.cls_weight, "noise": args.noise,
                 "bf16_autocast": args.bf16_autocast, "unroll": args.unroll,
                 "init": str(Path(args.init).resolve()) if args.init else None}
+    if args.layout != "verispec":              # (the default: the settings older runs' checkpoints carry)
+        settings["layout"] = args.layout
     if taps:                                   # (final alone: the key older runs' feature caches carry)
         features_key = {**features_key, "taps": list(taps)}
         settings["feature_layers"], settings["feature_final"] = list(taps), final
@@ -100,13 +107,16 @@ def cmd_train_eagle(args) -> int:
     ckpt = load_checkpoint(ckpt_path, settings)
     if args.init:                                                    # fine-tune a trained head (fp32)
         head = initial_head(args.init, target)
+        if head.layout != args.layout:
+            raise VerispecError(f"--init {args.init} is a {head.layout}-layout head, not --layout {args.layout}")
         head_ids = head.head_ids
     else:
         head_ids = ckpt["head_ids"] if ckpt else frequent_tokens(train, args.head_tokens, set(tok.stop_token_ids))
         torch.manual_seed(args.seed)
-        head = EagleHead(target.cfg, head_ids, taps, final)
-        with torch.no_grad():
-            head.decoder.norm.weight.copy_(target.norm.weight.float())   # start on the target's feature scale
+        head = EagleHead(target.cfg, head_ids, taps, final, args.layout)
+        if args.layout == "verispec":
+            with torch.no_grad():
+                head.decoder.norm.weight.copy_(target.norm.weight.float())   # start on the target's feature scale
     head.attach(target.embed.weight.float())
     target = None                    # from here only its embedding rows are needed
     params = [p for n, p in head.named_parameters() if not n.startswith("decoder.embed")]

@@ -1,0 +1,1 @@
+"""`verispec export`: drafts and heads written in the layouts other engines load (llama.cpp, vLLM, SGLang)."""
