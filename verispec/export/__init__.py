@@ -1,0 +1,1 @@
+"""Drafts and heads trained by verispec, written in the formats other engines load (`verispec export`)."""
