@@ -52,9 +52,8 @@ class Target:
         m, tok, folder = loader.load(model, dtype, pick_device(device))
         if tok.vocab_size > m.cfg.vocab_size:
             raise VerispecError(f"tokenizer has {tok.vocab_size} tokens but the model only {m.cfg.vocab_size}")
-        named = catalog.DEFAULT if model in (None, "default") else str(model).lower()
-        return cls(m, tok, str(folder), dtype, named == catalog.DEFAULT,
-                   named if catalog.entry(named) is not None else None)
+        name, is_default = identity(model)
+        return cls(m, tok, str(folder), dtype, is_default, name)
 
     def profile(self) -> CostProfile:
         """The cost model behind `--k auto`: this machine's `verispec profile` output if there is one, else the
@@ -72,13 +71,20 @@ class Target:
         return CostProfile()
 
 
-def default_draft(target: Target, shipped: Path = DEFAULT_DRAFT, what: str = "draft") -> str:
+def identity(model: str | None) -> tuple[str | None, bool]:
+    """A --model value's catalog name (None for a folder or file), and whether it is the embedded default."""
+    named = catalog.DEFAULT if model in (None, "default") else str(model).lower()
+    return (named if catalog.entry(named) is not None else None), named == catalog.DEFAULT
+
+
+def default_draft(target: Target | str | None, shipped: Path = DEFAULT_DRAFT, what: str = "draft") -> str:
     """The shipped distilled draft (or Medusa heads) of the default target, or a named target's named draft model
-    (the catalog's `draft`: Qwen2.5-Coder-1.5B's is Qwen2.5-Coder-0.5B)."""
-    paired = catalog.entry(target.name).get("draft") if target.name and not target.is_default else None
+    (the catalog's `draft`: Qwen2.5-Coder-1.5B's is Qwen2.5-Coder-0.5B). target: a loaded Target or a --model value."""
+    name, is_default = (target.name, target.is_default) if isinstance(target, Target) else identity(target)
+    paired = catalog.entry(name).get("draft") if name and not is_default else None
     if paired and what == "draft":
         return paired
-    if not target.is_default:
+    if not is_default:
         raise VerispecError(f"--method {what} needs --draft PATH for this model (trained for it with `verispec "
                             f"train-{what}`); the shipped {what} only fits the default SmolLM2-135M-Instruct")
     if not (shipped / "config.json").exists():

@@ -1,4 +1,4 @@
-"""The `verispec` command line: generate, bench, audit. Bad input -> one line on stderr, exit status 2."""
+"""The `verispec` command line: generate, bench, audit, export. Bad input -> one line on stderr, exit status 2."""
 from __future__ import annotations
 
 import argparse
@@ -7,6 +7,7 @@ import os
 import sys
 
 from .errors import VerispecError
+from .export.commands import add_export_parser
 from .model import catalog
 from .flags import check_decoding_flags, format_stats, parse_k
 
@@ -229,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     te.add_argument("--bf16-autocast", action="store_true", help="train under bf16 autocast (faster on CPUs with "
                                                                   "bf16 matrix units; weights stay fp32)")
 
+    add_export_parser(sub)
+
     sv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server with batched speculative decoding")
     sv.add_argument("--method", default="ngram", help="default speculative method (requests may override it)")
     sv.add_argument("--k", type=_k_arg, default="auto", help="default draft length, or 'auto' (batch-aware)")
@@ -381,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "doctor":
             from .doctor import cmd_doctor
             return cmd_doctor(args)
+        if args.command == "export":
+            from .export.commands import cmd_export
+            return cmd_export(args)
         if args.command == "fetch":
             from .model.loader import resolve
             print(resolve(args.model))

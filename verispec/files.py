@@ -39,19 +39,27 @@ def atomic_dir(dest: Path):
 
 
 @contextlib.contextmanager
-def atomic_file(dest: Path, mode: str = "w"):
-    """Yield a file object for a temporary file beside `dest`; on success it is renamed over `dest`."""
+def atomic_path(dest: Path):
+    """Yield the path of a temporary file beside `dest` for a writer that opens files itself; on success it is
+    renamed over `dest`, on error removed."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
+        yield Path(tmp)
         os.chmod(tmp, 0o666 & ~_umask())       # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, dest)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def atomic_file(dest: Path, mode: str = "w"):
+    """Yield a file object for a temporary file beside `dest`; on success it is renamed over `dest`."""
+    with atomic_path(dest) as tmp, open(tmp, mode) as f:
+        yield f
+        f.flush()
+        os.fsync(f.fileno())

@@ -4,18 +4,21 @@ optional extra `verispec[peers]`).
 Methods: `llamacpp-plain` (llama.cpp's own decoding), `llamacpp-lookup` (its prompt-lookup drafting,
 `LlamaPromptLookupDecoding`, k tokens a cycle, 10 under --k auto) and `llamacpp-draft` (the binding's draft-model
 hook, `LlamaDraftModel`, fed k greedy tokens a cycle by llama.cpp running the target's named draft, e.g.
-Qwen2.5-Coder-0.5B; 4 under --k auto). Same prompt token ids, same new-token budget,
-same stop tokens; prefill included in the time, as for verispec's methods. Greedy rows record whether the tokens
-equal verispec's plain decoding (llama.cpp's arithmetic differs from ours, so a few late divergences are expected).
+Qwen2.5-Coder-0.5B, or --draft's .gguf file, e.g. a draft `verispec export` wrote; 4 under --k auto). Same prompt
+token ids, same new-token budget, same stop tokens; prefill included in the time, as for verispec's methods. Greedy
+rows record whether the tokens equal verispec's plain decoding (llama.cpp's arithmetic differs from ours, so a few
+late divergences are expected).
 """
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import torch
 
 from .errors import VerispecError
 from .hf_compare import peer_stats
+from .model import loader
 
 LLAMACPP_METHODS = ("llamacpp-plain", "llamacpp-lookup", "llamacpp-draft")
 LOOKUP_K, DRAFT_K = 10, 4
@@ -39,6 +42,15 @@ def _draft_model(llama_cpp, path: str, k: int, threads: int):
     return Draft()
 
 
+def _draft_gguf(target, draft: str | None):
+    """The GGUF llama.cpp drafts with: --draft's .gguf file (e.g. one `verispec export --format gguf` wrote), else
+    the GGUF the draft model (default: the target's named draft) was made from."""
+    from .api import default_draft
+    if draft and Path(draft).suffix == ".gguf" and Path(draft).is_file():
+        return Path(draft)
+    return loader.gguf_source(loader.resolve(draft or default_draft(target), weights=False))
+
+
 class LlamaCppRunner:
     def __init__(self, target, methods: list[str], cfg, draft_name: str | None = None):
         try:
@@ -49,9 +61,6 @@ class LlamaCppRunner:
         if unknown:
             raise VerispecError(f"unknown method(s) {', '.join(unknown)}: llama.cpp methods are "
                                 f"{', '.join(LLAMACPP_METHODS)}")
-        from pathlib import Path
-
-        from .model import loader
         path, threads = str(loader.gguf_source(Path(target.folder))), torch.get_num_threads()
         self.models = {}
         for m in methods:
@@ -60,9 +69,7 @@ class LlamaCppRunner:
                 k = cfg.k if isinstance(cfg.k, int) else LOOKUP_K
                 draft = llama_cpp.llama_speculative.LlamaPromptLookupDecoding(num_pred_tokens=k)
             elif m == "llamacpp-draft":
-                from .api import default_draft
-                folder = loader.resolve(draft_name or default_draft(target), weights=False)
-                draft = _draft_model(llama_cpp, str(loader.gguf_source(folder)),
+                draft = _draft_model(llama_cpp, str(_draft_gguf(target, draft_name)),
                                      cfg.k if isinstance(cfg.k, int) else DRAFT_K, threads)
             self.models[m] = llama_cpp.Llama(path, n_ctx=8192, n_batch=512, n_threads=threads,
                                              draft_model=draft, verbose=False, seed=cfg.seed)

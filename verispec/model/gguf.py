@@ -5,10 +5,15 @@ The folder holds `model.safetensors` (dequantized fp32, HF tensor names), `confi
 llama.cpp's converter permutes the rows of the Q and K projections into its interleaved rotary layout; we undo
 that here so the weights match the checkpoint the GGUF was made from (rotate-half RoPE). Qwen2 files keep the
 checkpoint's order (llama.cpp runs them with NeoX-style RoPE), and add q, k and v biases.
+
+A reduced-vocabulary draft written by `verispec export --format gguf` has a residual stream widened by a few
+dimensions (`verispec.export.gguf` says why); the `verispec.*` keys it carries let this reader narrow it back into
+the very draft it was made from: its own width, epsilon, norm gains and output head rows (`lm_head.token_ids`).
 """
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -27,6 +32,28 @@ QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[
                r"|\s+(?!\S)|\s+")
 SHARD_BYTES = 1 << 30
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+WIDTH_KEY, EPS_KEY = "verispec.embedding_length", "verispec.layer_norm_rms_epsilon"   # a widened draft's own
+
+
+def gain_scale(width: int, padded: int) -> float:
+    """The factor on RMSNorm gains that keeps a norm's output when its input grows from `width` to `padded`
+    dimensions (the mean of squares is taken over `padded`)."""
+    return math.sqrt(width / padded)
+
+
+def unscaled_gains(g: np.ndarray, scale: float, stored: str) -> np.ndarray:
+    """Stored (scaled) fp32 gains [n] -> the draft's own fp32 gains [n], exactly when the draft stored them in the
+    type of the file's matrices, `stored` (F16 or BF16: rounded back to it; F32: within an ulp)."""
+    import torch
+    g = torch.from_numpy(g.astype(np.float64) / scale)
+    return g.to({"F16": torch.float16, "BF16": torch.bfloat16}.get(stored, torch.float32)).float().numpy()
+
+
+def permute_rotary(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's Q/K row permutation (checkpoint order -> its interleaved rotary layout). w: [n_head * head_dim,
+    in] -> same shape."""
+    rows = w.shape[0]
+    return w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def unpermute_rotary(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -44,11 +71,35 @@ def _checkpoint_rows(w: np.ndarray, gguf_name: str, arch: str, n_head: int, n_kv
     return w
 
 
-def _dequantized(t, arch: str, n_head: int, n_kv: int) -> np.ndarray:
-    """GGUF tensor `t` as fp32, rows in the checkpoint's order."""
+def _dequantized(t, arch: str, n_head: int, n_kv: int, narrow: tuple[int, str] | None = None) -> np.ndarray:
+    """GGUF tensor `t` as fp32, rows in the checkpoint's order; narrow: a widened draft's (own width, type of its
+    matrices), to read back the draft's own tensor."""
     import gguf
     w = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32, order="C", copy=True)
-    return _checkpoint_rows(w, t.name, arch, n_head, n_kv)
+    w = _checkpoint_rows(w, t.name, arch, n_head, n_kv)
+    if narrow is None or t.name.endswith(".bias"):
+        return w
+    width, stored = narrow
+    if w.ndim == 1:                                          # a norm's gains [padded]
+        return unscaled_gains(w[:width], gain_scale(width, w.shape[0]), stored)
+    if t.name.endswith(("attn_output.weight", "ffn_down.weight")):   # [padded, in]: outputs into the stream
+        return np.ascontiguousarray(w[:width])
+    if t.name == "output.weight":                            # [vocab, padded] -> the head's rows [head, width]
+        return np.ascontiguousarray(w[head_rows(w, width), :width])
+    return np.ascontiguousarray(w[:, :width])               # [out, padded] -> [out, width]
+
+
+def head_rows(output: np.ndarray, width: int) -> np.ndarray:
+    """A widened draft's output matrix [vocab, padded] -> ids of its head's tokens [head] (the rows that do not
+    read the constant dimension)."""
+    return np.flatnonzero(np.asarray(output[:, width]) == 0)
+
+
+def widened(reader) -> tuple[int, str] | None:
+    """(the draft's own width, the type of its matrices) when `reader` holds a widened export, else None."""
+    width = _field(reader, WIDTH_KEY)
+    output = next((t for t in reader.tensors if t.name == "output.weight"), None)
+    return None if width is None or output is None else (int(width), output.tensor_type.name)
 
 
 def hf_name(gguf_name: str) -> str:
@@ -58,6 +109,18 @@ def hf_name(gguf_name: str) -> str:
     if parts[0] in _TOP_NAMES:
         return f"{_TOP_NAMES[parts[0]]}.{parts[-1]}"
     raise VerispecError(f"unexpected tensor {gguf_name!r} in GGUF file")
+
+
+def gguf_name(name: str) -> str:
+    """Inverse of `hf_name`: a Hugging Face tensor name -> llama.cpp's."""
+    layer = {hf: ours for ours, hf in _LAYER_NAMES.items()}
+    top = {hf: ours for ours, hf in _TOP_NAMES.items()}
+    parts = name.split(".")
+    if parts[:2] == ["model", "layers"] and ".".join(parts[3:-1]) in layer:
+        return f"blk.{parts[2]}.{layer['.'.join(parts[3:-1])]}.{parts[-1]}"
+    if ".".join(parts[:-1]) in top:
+        return f"{top['.'.join(parts[:-1])]}.{parts[-1]}"
+    raise VerispecError(f"tensor {name!r} has no place in a GGUF file")
 
 
 def _field(reader, key, default=None):
@@ -86,23 +149,30 @@ def read_gguf(path: Path, announce: str | None = None):
         raise VerispecError(f"{path}: no tokenizer inside the GGUF file")
     if announce:
         print(announce, file=sys.stderr)
-    names = {t.name for t in reader.tensors}
+    names = {t.name: t for t in reader.tensors}
+    narrow = widened(reader)
+    width = narrow and narrow[0]
     config = {
         "model_type": arch, "architectures": [ARCHITECTURES[arch]], "hidden_act": "silu",
-        "vocab_size": len(tokens), "hidden_size": int(a("embedding_length")),
+        "vocab_size": len(tokens), "hidden_size": width or int(a("embedding_length")),
         "intermediate_size": int(a("feed_forward_length")), "num_hidden_layers": int(a("block_count")),
         "num_attention_heads": n_head, "num_key_value_heads": n_kv,
         "rope_theta": float(a("rope.freq_base", 10000.0)),
-        "rms_norm_eps": float(a("attention.layer_norm_rms_epsilon", 1e-5)),
+        "rms_norm_eps": float(_field(reader, EPS_KEY, a("attention.layer_norm_rms_epsilon", 1e-5))),
         "max_position_embeddings": int(a("context_length", 2048)),
         "tie_word_embeddings": "output.weight" not in names,
         "bos_token_id": int(_field(reader, "tokenizer.ggml.bos_token_id", 1)),
         "eos_token_id": int(_field(reader, "tokenizer.ggml.eos_token_id", 2)),
     }
+    ids = None if width is None else head_rows(names["output.weight"].data, width).astype(np.int64)
+    if ids is not None and len(ids) < len(tokens):
+        config["verispec_head_tokens"] = len(ids)
 
     def tensors():
         for t in reader.tensors:
-            yield hf_name(t.name), _dequantized(t, arch, n_head, n_kv)
+            yield hf_name(t.name), _dequantized(t, arch, n_head, n_kv, narrow)
+        if ids is not None and len(ids) < len(tokens):
+            yield "lm_head.token_ids", ids
     tok_json, tok_cfg = _tokenizer(reader, tokens, config)
     return config, tensors(), tok_json, tok_cfg
 
@@ -172,7 +242,7 @@ def quantized_weights(path: Path, cfg) -> tuple[dict, dict]:
 
     from . import quant
     reader = gguf.GGUFReader(str(path))
-    arch = _field(reader, "general.architecture")
+    arch, narrow = _field(reader, "general.architecture"), widened(reader)
     hf, packed = {}, {}
     for t in reader.tensors:
         name, kind = hf_name(t.name), t.tensor_type.name
@@ -183,5 +253,7 @@ def quantized_weights(path: Path, cfg) -> tuple[dict, dict]:
             packed[name] = quant.pack(raw, kind, n, k)
             hf[name] = torch.empty(n, k, device="meta")
         else:
-            hf[name] = torch.from_numpy(_dequantized(t, arch, cfg.num_heads, cfg.num_kv_heads))
+            hf[name] = torch.from_numpy(_dequantized(t, arch, cfg.num_heads, cfg.num_kv_heads, narrow))
+        if name == "lm_head.weight" and cfg.head_tokens:
+            hf["lm_head.token_ids"] = torch.from_numpy(head_rows(t.data, narrow[0]).astype(np.int64))
     return hf, packed

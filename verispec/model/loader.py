@@ -153,6 +153,16 @@ def read_config(folder: Path) -> tuple[LlamaConfig, dict]:
         raise VerispecError(f"bad config.json in {folder}: {e}") from None
 
 
+def read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    """A model folder's tensors, Hugging Face names, as stored (every *.safetensors file)."""
+    from safetensors import safe_open
+    hf = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as st:
+            hf.update({k: st.get_tensor(k) for k in st.keys()})
+    return hf
+
+
 def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
          device: str | torch.device = "cpu", need_tokenizer: bool = True,
          target_embedding: torch.Tensor | None = None) -> tuple[Llama, Tokenizer | None, Path]:
@@ -161,7 +171,6 @@ def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
     need_tokenizer: False lets a draft folder without a tokenizer load (its vocabulary size is still checked).
     target_embedding: for a draft that borrows its target's input embedding ([vocab, D] of the target).
     """
-    from safetensors import safe_open
     if dtype not in DTYPES:
         raise VerispecError(f"unknown dtype {dtype!r}: choose from {', '.join(DTYPES)}")
     folder = resolve(spec, weights=dtype != "gguf")
@@ -171,9 +180,8 @@ def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
         from_gguf = dtype == "gguf" and (folder / "source.json").exists()   # else gguf means fp32 here
         if from_gguf:
             hf, packed = quantized_weights(gguf_source(folder), cfg)
-        for f in sorted(folder.glob("*.safetensors")) if not from_gguf else ():
-            with safe_open(str(f), framework="pt") as st:
-                hf.update({k: st.get_tensor(k) for k in st.keys()})
+        if not from_gguf:
+            hf = read_weights(folder)
         if cfg.embed_from_target:
             if target_embedding is None or target_embedding.shape != (cfg.vocab_size, cfg.hidden_size):
                 raise VerispecError(f"{folder} is a draft that borrows its target's embedding; use it as --draft "
