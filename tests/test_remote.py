@@ -13,7 +13,7 @@ from verispec.remote_cmds import outcomes
 from verispec.serve.app import Server
 from verispec.serve.loadtest import free_port
 
-PROMPT = "Repeat this sentence exactly: the blue cat sat on the blue mat."
+PROMPT = "Repeat this list three times: red, green, blue, red, green, blue."
 
 
 def test_outcomes_are_tokens_where_returned_else_fixed_text_pieces():
@@ -42,15 +42,17 @@ def test_bad_endpoints_are_one_line_errors(capsys):
 
 @pytest.fixture(scope="module")
 def three_servers(target_bf16):
-    """A plain server, an exact Medusa server and a Medusa server with typical acceptance (LOSSY)."""
+    """A plain server, an exact Medusa server and a Medusa server with typical acceptance (LOSSY), both Medusa
+    servers drafting the heads' tree with the n-gram path grafted on (the list repeats: typical acceptance takes
+    the repeat whenever it is likely enough, exact acceptance with its probability)."""
     plain = Server(target_bf16, "plain", "auto", max_batch=16)
-    exact = Server(target_bf16, "medusa", "auto", max_batch=16)
-    lossy = Server(target_bf16, "medusa", "auto", max_batch=16, acceptance="typical")
+    exact = Server(target_bf16, "medusa", "auto", max_batch=16, tree="auto+ngram")
+    lossy = Server(target_bf16, "medusa", "auto", max_batch=16, tree="auto+ngram", acceptance="typical")
     with serving(plain) as a, serving(exact) as b, serving(lossy) as c:
         yield a, b, c
 
 
-AUDIT = ["--samples", "120", "--tokens", "3", "--concurrency", "16", "--no-chat", "--prompt", PROMPT]
+AUDIT = ["--samples", "100", "--tokens", "4", "--concurrency", "16", "--prompt", PROMPT]
 
 
 def test_remote_audit_passes_exact_speculation_and_fails_typical_acceptance(three_servers, capsys):
