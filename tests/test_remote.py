@@ -55,8 +55,17 @@ def three_servers(target_bf16):
 AUDIT = ["--samples", "100", "--tokens", "4", "--concurrency", "16", "--prompt", PROMPT]
 
 
-def test_remote_audit_passes_exact_speculation_and_fails_typical_acceptance(three_servers, capsys):
+def test_remote_audit_passes_exact_speculation_and_fails_typical_acceptance(three_servers, capsys, monkeypatch):
     plain, exact, lossy = three_servers
+    import verispec.remote_cmds as cmds
+    drawn, draw = {}, cmds.sample
+
+    def once(endpoint, prompt, samples, seed0, **kw):     # the plain server's seeded answers are drawn once: the
+        key = (endpoint.base, samples, seed0)               # second audit gets the very same reference sample
+        if key not in drawn:
+            drawn[key] = draw(endpoint, prompt, samples, seed0, **kw)
+        return drawn[key]
+    monkeypatch.setattr(cmds, "sample", once)
     assert main(["audit", "--url", exact, "--reference-url", plain] + AUDIT) == 0
     out = capsys.readouterr().out
     assert "PASS" in out and "drafted" in out

@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import VerispecError
-
 FORMATS = ("gguf", "vllm")
 
 
 def add_export_parser(sub) -> None:
     e = sub.add_parser("export", help="write a draft (gguf: llama.cpp) or heads (vllm) for other engines")
     e.add_argument("--format", required=True, choices=FORMATS)
-    e.add_argument("--draft", help="the draft folder (or heads) to export; default: the target's shipped draft")
+    e.add_argument("--draft", help="gguf: the draft model (default: the target's shipped draft); vllm: the heads "
+                                   "folder, or medusa / eagle for the target's shipped heads (default: medusa)")
     e.add_argument("--out", required=True, help="output path (gguf: OUT.gguf, and its card OUT.md)")
     e.add_argument("--model", help="the target the draft serves (default: SmolLM2-135M)")
     e.add_argument("--force", action="store_true", help="replace existing output")
@@ -28,11 +27,9 @@ def cmd_export(args) -> int:
         out, card = export_gguf(args.draft or default_draft(args.model), args.out, args.model, args.force)
         print(f"verispec: wrote {out} and its card {card}", file=sys.stderr)
         return 0
-    try:
-        from .vllm import export_vllm
-    except ModuleNotFoundError as e:
-        if e.name != f"{__package__}.vllm":
-            raise
-        raise VerispecError("--format vllm is not available in this verispec (verispec.export.vllm is missing)") \
-            from None
+    from ..api import DEFAULT_EAGLE, DEFAULT_MEDUSA, default_draft
+    from .vllm import export_vllm
+    if args.draft in (None, "medusa", "eagle"):
+        shipped = DEFAULT_EAGLE if args.draft == "eagle" else DEFAULT_MEDUSA
+        args.draft = default_draft(args.model, shipped, args.draft or "medusa")
     return export_vllm(args)
