@@ -89,8 +89,25 @@ def audit_tests(a: list[tuple], b: list[tuple], level: float, skip: int = 1
     for i in range(len(a[0])):
         tests.append((f"token {i + 1 + skip}", homogeneity_test(Counter(s[i] for s in a), Counter(s[i] for s in b),
                                                                 level)))
-    combined = min(1.0, len(tests) * min(r.p_value for _, r in tests))
-    return tests, combined
+    return tests, bonferroni(tests)
+
+
+def bonferroni(tests: list[tuple[str, AuditResult]]) -> float:
+    """The combined p-value of several tests: min(1, number of tests * smallest p)."""
+    return min(1.0, len(tests) * min(r.p_value for _, r in tests))
+
+
+def print_verdict(tests: list[tuple[str, AuditResult]], level: float) -> bool:
+    """Print each test and the combined verdict; True for PASS. A test named "loglik" is a Mann-Whitney U test
+    whose `total_variation` holds the gap of mean log-likelihoods."""
+    for name, r in tests:
+        what, gap = ("U", "mean log-likelihood gap") if name == "loglik" else ("chi-square", "empirical TV")
+        print(f"  {name:<8} {what} = {r.statistic:8.2f}  dof = {r.dof:3d}  p = {r.p_value:.4f}  "
+              f"({gap} {r.total_variation:.3f})")
+    combined = bonferroni(tests)
+    passed = combined >= level
+    print(f"combined p-value = {combined:.4f} -> {'PASS' if passed else 'FAIL'} (level {level})")
+    return passed
 
 
 def calibration(seeds: int = 200, n: int = 400, level: float = 0.05) -> tuple[float, float, float]:
@@ -148,20 +165,15 @@ def cmd_audit(args) -> int:
     if drafted == 0:
         raise VerispecError(f"{args.method} drafted nothing on this prompt, so the audit cannot test it; "
                             "try a prompt whose answer repeats its input, or more --tokens")
-    tests, combined = audit_tests(a, b, args.level)
+    tests, _ = audit_tests(a, b, args.level)
     if all(r.dof == 0 for _, r in tests) and a != b:
         raise VerispecError("the audit has no power here: the outcomes are so spread that every one is too rare to "
                             "test (all pooled into one cell); lower --temperature, test fewer --tokens or take "
                             "more --samples")
-    passed = combined >= args.level
     lossy = " (typical acceptance: LOSSY, a FAIL is expected; the TVs measure how far it is)" \
         if args.acceptance == "typical" else ""
     print(f"audit {args.method}{lossy} vs plain: {args.samples} samples each of tokens 2..{args.tokens + 1} "
           "(token 1 comes from the prefill), "
           f"T={args.temperature}, top-p={args.top_p}, top-k={args.top_k}, k={args.k}")
     print(f"  {args.method} drafted {drafted} tokens and accepted {accepted} across its runs")
-    for name, r in tests:
-        print(f"  {name:<8} chi-square = {r.statistic:8.2f}  dof = {r.dof:3d}  p = {r.p_value:.4f}  "
-              f"(empirical TV {r.total_variation:.3f})")
-    print(f"combined p-value = {combined:.4f} -> {'PASS' if passed else 'FAIL'} (level {args.level})")
-    return 0 if passed else 1
+    return 0 if print_verdict(tests, args.level) else 1

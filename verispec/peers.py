@@ -24,8 +24,19 @@ LLAMACPP_METHODS = ("llamacpp-plain", "llamacpp-lookup", "llamacpp-draft")
 LOOKUP_K, DRAFT_K = 10, 4
 
 
+def greedy(llm, ids, n: int) -> list[int]:
+    """The first n greedy tokens llama.cpp model `llm` decodes after `ids` (no stop tokens; it keeps its cache's
+    common prefix)."""
+    out = []
+    for token in llm.generate(list(map(int, ids)), temp=0.0, top_k=1, reset=True):
+        out.append(int(token))
+        if len(out) == n:
+            break
+    return out
+
+
 def _draft_model(llama_cpp, path: str, k: int, threads: int):
-    """A `LlamaDraftModel` proposing the draft GGUF's k greedy tokens (llama.cpp keeps its cache's common prefix)."""
+    """A `LlamaDraftModel` proposing the draft GGUF's k greedy tokens."""
     import numpy as np
 
     class Draft(llama_cpp.llama_speculative.LlamaDraftModel):
@@ -33,12 +44,7 @@ def _draft_model(llama_cpp, path: str, k: int, threads: int):
             self.llm = llama_cpp.Llama(path, n_ctx=8192, n_batch=512, n_threads=threads, verbose=False)
 
         def __call__(self, input_ids, **kwargs):
-            out = []
-            for token in self.llm.generate(list(map(int, input_ids)), temp=0.0, top_k=1, reset=True):
-                out.append(token)
-                if len(out) == k:
-                    break
-            return np.array(out, dtype=np.intc)
+            return np.array(greedy(self.llm, input_ids, k), dtype=np.intc)
     return Draft()
 
 

@@ -18,7 +18,7 @@ import re
 import statistics
 import sys
 
-from .audit import SEED_OFFSET, AuditResult, audit_tests
+from .audit import SEED_OFFSET, AuditResult, audit_tests, print_verdict
 from .errors import VerispecError
 from .remote import Endpoint, Sample, sample, speculation_counters, timed
 
@@ -71,11 +71,9 @@ def cmd_audit_remote(args) -> int:
                            skip=0)
     if by_tokens and all(s.logprobs is not None for s in a + b):
         tests.append(("loglik", loglik_test(a, b, args.tokens, args.level)))
-    combined = min(1.0, len(tests) * min(r.p_value for _, r in tests))
     if all(r.dof == 0 for _, r in tests) and len({s.text for s in a + b}) > 1:
         raise VerispecError("the audit has no power here: every outcome is too rare to test; lower "
                             "--temperature, test fewer --tokens or take more --samples")
-    passed = combined >= args.level
     unit = "tokens" if by_tokens else "text pieces (the servers returned no logprobs)"
     print(f"audit {tested.base} against {reference.base} ({tested.model}): {args.samples} samples each of "
           f"the first {args.tokens} {unit}, T={args.temperature}, top-p={args.top_p}")
@@ -85,12 +83,7 @@ def cmd_audit_remote(args) -> int:
         if drafted == 0:
             raise VerispecError(f"{tested.base} drafted nothing during the audit, so it cannot test speculation; "
                                 "try a prompt whose answer repeats its input, or more --tokens")
-    for name, r in tests:
-        what = "U" if name == "loglik" else "chi-square"
-        print(f"  {name:<8} {what} = {r.statistic:8.2f}  dof = {r.dof:3d}  p = {r.p_value:.4f}  "
-              f"({'mean log-likelihood gap' if name == 'loglik' else 'empirical TV'} {r.total_variation:.3f})")
-    print(f"combined p-value = {combined:.4f} -> {'PASS' if passed else 'FAIL'} (level {args.level})")
-    return 0 if passed else 1
+    return 0 if print_verdict(tests, args.level) else 1
 
 
 def cmd_bench_remote(args) -> int:

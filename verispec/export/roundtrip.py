@@ -22,16 +22,9 @@ def llamacpp_greedy(path, prompts: list[list[int]], new_tokens: int) -> list[lis
         import llama_cpp
     except ImportError:
         raise VerispecError("the llama.cpp round trip needs llama-cpp-python: pip install 'verispec[peers]'") from None
+    from ..peers import greedy
     llm = llama_cpp.Llama(str(path), n_ctx=2048, n_batch=512, n_threads=torch.get_num_threads(), verbose=False)
-    out = []
-    for ids in prompts:
-        tokens = []
-        for token in llm.generate(ids, temp=0.0, top_k=1, reset=True):
-            tokens.append(int(token))
-            if len(tokens) == new_tokens:
-                break
-        out.append(tokens)
-    return out
+    return [greedy(llm, ids, new_tokens) for ids in prompts]
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:

@@ -134,16 +134,14 @@ def cmd_loadtest(args) -> int:
     methods = [m for m in args.methods.split(",") if m]
     prompts = [p.prompt for p in load_prompts(args.prompts)]
     proc = None
+    from ..remote import Endpoint
     if args.url:
-        base = args.url.rstrip("/")
-        base = base if base.endswith("/v1") else base + "/v1"     # http://host:port or http://host:port/v1
+        base = Endpoint(args.url).base                            # http://host:port or http://host:port/v1
     else:
         proc, base = spawn_server(args, methods[0])
-    import httpx
     try:
-        model = httpx.get(base + "/models", timeout=10, headers={"Authorization": f"Bearer {api_key()}"}
-                          ).json()["data"][0]["id"]
-    except Exception as e:
+        model = Endpoint(base, api_key=api_key()).resolve_model()
+    except VerispecError as e:
         if proc is not None:
             proc.terminate()
         raise VerispecError(f"no verispec server answers at {base}: {e}") from None
