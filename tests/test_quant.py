@@ -4,7 +4,9 @@
 - `quant.matmul` (the `qlinear` kernel) equals the fp32 `linear` kernel on those dequantized weights, for 1 to
   100 rows (decoding, verification, the blocked prefill path over two row blocks), K not a multiple of 128, N not
   a multiple of 16, with and without bias; and each row equals that row alone;
-- `quant.embed` gives the dequantized weight's rows.
+- `quant.embed` gives the dequantized weight's rows;
+- `quant.matmul_q8` (the `q8linear` kernel, --dtype gguf-q8: 8-bit activations, integer sums) equals its PyTorch
+  reference bit for bit, for any number of rows, each row alone included, and stays close to the exact product.
 
 Synthetic blocks are random bytes with finite fp16 scales (zeros, negative zeros and subnormals included), so no
 model file is needed; `VERISPEC_QWEN_GGUF=path.gguf` adds a check over a real file's tensors.
@@ -71,6 +73,39 @@ def test_qlinear_is_linear_on_the_dequantized_weight(kind, n, k):
             got = quant.matmul(x[:m], p, b)                                            # [m, n]
             assert same_bits(got, lib.linear(x[:m].contiguous(), panels, n, b)), (m, b is not None)
             assert same_bits(got[m - 1:], quant.matmul(x[m - 1:m], p, b)), m           # a row alone: same bits
+
+
+@pytest.mark.parametrize("kind,n,k", SHAPES)
+def test_q8linear_is_its_reference_and_row_invariant(kind, n, k):
+    """The integer product: the kernel gives its PyTorch reference's bits (same integers, same fp32 operations in
+    the same order) for 1 to 40 rows, one row tile (<= 4 rows), several, and k-blocked; each row alone gives the
+    same bits; and the result is within the 8-bit activations' error of the exact product."""
+    assert kernels.load() is not None, f"row-invariant kernels unavailable: {kernels.status()}"
+    raw = random_blocks(kind, n, k, seed=4)
+    p = quant.pack(raw, kind, n, k)
+    gen = torch.Generator().manual_seed(5)
+    bias = torch.randn(n, generator=gen)
+    x = torch.randn(40, k, generator=gen)
+    x[0, :32] = 0.0                                                                    # an all-zero block
+    x[1, :3] = torch.tensor([1e30, -1e-30, 7.0])                                      # one block's scale dominated
+    exact = quant.matmul(x, p)
+    for m in (1, 3, 4, 5, 9, 40):
+        for b in (None, bias):
+            got = quant.matmul_q8(x[:m], p, b)
+            assert same_bits(got, quant.matmul_q8_reference(x[:m], p, b)), (m, b is not None)
+            assert same_bits(got[m - 1:], quant.matmul_q8(x[m - 1:m], p, b)), m
+    err = (quant.matmul_q8(x[2:], p) - exact[2:]).norm() / exact[2:].norm()
+    assert 0 < err < 0.02, err                                     # 8-bit activations: about 0.5% here
+
+
+def test_q8_activation_quantization():
+    """Per row and block of 32: dx = amax / 127, xq = round(x * 127 / amax) in [-127, 127], ties to even."""
+    x = torch.zeros(2, 64)
+    x[0, :4] = torch.tensor([2.54, -1.0, 0.01, 0.03])        # amax 2.54: scale 0.02, so 50, -50, 0 (0.5 -> 0), 2
+    x[1, 32] = -5.0
+    xq, dx, bs = quant.quantize_activations(x)
+    assert xq[0, :4].tolist() == [127, -50, 0, 2] and xq[0, 4:].abs().sum() == 0 and xq[1, 32] == -127
+    assert torch.allclose(dx, torch.tensor([[0.02, 0.0], [0.0, 5 / 127]])) and bs.tolist() == [[79, 0], [0, -127]]
 
 
 @pytest.mark.parametrize("kind", list(quant.TYPES))

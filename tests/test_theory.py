@@ -57,6 +57,20 @@ def test_auto_k_drops_to_plain_when_drafts_fail_and_probes_again():
     assert auto.next_k() >= 6
 
 
+def test_auto_k_charges_a_costly_drafts_catch_up_to_its_probes():
+    """A draft model idle for a while must read what it missed before it can draft again. Where that catch-up
+    cannot pay even if every draft were accepted (c = 0.67 and a steep verify curve: the Qwen pair in gguf-q8),
+    auto k stays plain instead of probing; a short backlog, or a cheap draft, still probes as before."""
+    from verispec.autok import AutoK
+    curve = {n: 1 + 0.3 * (n - 1) for n in range(1, 17)}
+    costly = AutoK(c=0.67, curve=curve, prior_alpha=0.95, probe_every=4)
+    assert costly.next_k(0) == 0                     # predicted gain below the margin: plain decoding
+    assert [costly.next_k(40 + i) for i in range(12)] == [0] * 12          # 40+ tokens behind: never a probe
+    assert costly.next_k(1) == 1                      # nothing to catch up on: the overdue probe runs
+    cheap = AutoK(c=0.06, curve=curve, prior_alpha=0.01, prior_weight=50, probe_every=4)
+    assert [cheap.next_k(40 + i) for i in range(4)] == [0, 0, 0, 1]        # a cheap draft's catch-up pays
+
+
 def test_auto_k_probes_less_and_less_while_probes_fail_and_resets_when_drafts_pay():
     from verispec.autok import AutoK
     curve = {n: 1 + 0.05 * (n - 1) for n in range(1, 17)}

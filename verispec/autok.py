@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import VerispecError
-from .theory import best_k, cost_ratio, monotone_curve, speedup
+from .theory import best_k, cost_ratio, expected_tokens, monotone_curve, speedup
 
 DEFAULT_ALPHA = {"ngram": 0.45, "draft": 0.55}
 # Speculate only where the formula predicts a gain above 10%: it does not see per-cycle overheads (sampling over
@@ -113,13 +113,13 @@ class _Probing:
         self.margin = margin
         self.idle = 0
 
-    def _gate(self, k: int, probe_k: int) -> int:
+    def _gate(self, k: int, probe_k: int, may_probe: bool = True) -> int:
         if k == 0:
             if self.idle < 0:             # the last cycle was a probe, and it did not pay: wait longer next time
                 self.probe_every = min(2 * self.probe_every, self.max_probe_every)
                 self.idle = 0
             self.idle += 1
-            if self.idle >= self.probe_every:
+            if self.idle >= self.probe_every and may_probe:
                 self.idle = -1
                 return probe_k
             return 0
@@ -140,11 +140,24 @@ class AutoK(_Probing):
     def alpha(self) -> float:
         return self.accepted / (self.accepted + self.rejected)
 
-    def next_k(self) -> int:
+    def next_k(self, behind: int = 0) -> int:
+        """k for the next cycle; `behind`: tokens the proposer must catch up on first (`Proposer.behind`)."""
         k = best_k(self.alpha, self.c, self.curve, self.k_max)
         if k and speedup(self.alpha, k, self.c, self.curve) < 1 + self.margin:
             k = 0
-        return self._gate(k, 1)
+        return self._gate(k, 1, k > 0 or self.catch_up_pays(behind))
+
+    def catch_up_pays(self, behind: int) -> bool:
+        """Whether a probe after idling can pay for the catch-up it forces: a draft model that sat idle reads the
+        `behind` tokens in one pass, about c * T(behind)/T(1) target steps (its cost curve taken as the target's),
+        spread over the probe interval's cycles. Probe only if even drafts always accepted would then gain more
+        than the margin; else stay plain and stop paying catch-ups (on the 1.5B drafted by the 0.5B, whose
+        c = 0.67, probes that re-read the whole prompt cost 10% of plain speed)."""
+        if behind <= 2:
+            return True
+        extra = self.c * cost_ratio(self.curve, behind) / max(1, self.probe_every)
+        return any(expected_tokens(1.0, k) / (k * self.c + cost_ratio(self.curve, k + 1) + extra) >= 1 + self.margin
+                   for k in range(1, self.k_max + 1))
 
     def update(self, checked: int, accepted: int) -> None:
         if checked == 0:
@@ -173,7 +186,7 @@ class AutoTree(_Probing):
     def mean_accepted(self) -> float:
         return self.total / self.weight
 
-    def next_k(self) -> int:
+    def next_k(self, behind: int = 0) -> int:
         return self._gate(self.depth if (1 + self.mean_accepted) / self.cost >= 1 + self.margin else 0,
                           self.depth)
 

@@ -24,9 +24,11 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                                    "(safetensors) or a .gguf file; default: smollm2-135m")
     g.add_argument("--draft", help="draft model for --method draft / draft-tree (name, folder or .gguf), or heads "
                                    "for --method medusa / eagle; default: the ones shipped or named for the target")
-    g.add_argument("--dtype", choices=("fp32", "bf16", "gguf"),
+    g.add_argument("--dtype", choices=("fp32", "bf16", "gguf", "gguf-q8"),
                    help="weights in fp32, bf16, or as the GGUF file stores them (gguf: quantized, exactly the "
-                        "fp32 model, fewer bytes); default: the named model's (gguf for Qwen2.5-Coder), else bf16")
+                        "fp32 model, fewer bytes; gguf-q8: the same weights with 8-bit activations and integer sums, "
+                        "as llama.cpp computes, faster, a slightly different model); default: the named model's "
+                        "(gguf for Qwen2.5-Coder), else bf16")
     g.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
 
 

@@ -151,7 +151,10 @@ class Sequence:
     def draft_length(self) -> int:
         """How many tokens to draft this cycle (0: decode plainly); consults automatic k, once per cycle."""
         budget = self.cfg.max_new_tokens - len(self.out)   # tokens still allowed, the recovered/bonus one included
-        k = self.auto.next_k() if self.auto is not None else self.cfg.longest_draft
+        if self.auto is None:
+            k = self.cfg.longest_draft
+        else:       # a probe after idling makes a draft model catch up on the tokens it missed: auto k charges it
+            k = self.auto.next_k(self.proposer.behind(self.context()) if self.proposer is not None else 0)
         return min(k, budget - 1) if self.proposer is not None and budget > 1 and k > 0 else 0
 
     def context(self) -> list[int]:

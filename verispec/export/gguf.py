@@ -31,6 +31,7 @@ from ..errors import VerispecError
 from ..files import atomic_file, atomic_path
 from ..model import loader
 from ..model.gguf import EPS_KEY, WIDTH_KEY, gain_scale, gguf_name, permute_rotary
+from ..model.gguf_index import Index
 from ..model.llama import LlamaConfig
 
 PAD = 32            # widening: one constant dimension and 31 zeros (one Q8_0 block more per embedding row)
@@ -147,7 +148,7 @@ def export_gguf(draft: str | Path, out: str | Path, model: str | None = None, fo
         raise VerispecError(f"the target's tokenizer metadata comes from its GGUF file, and {target_folder} was not "
                             "made from one: pass --model a model name or a .gguf file")
     target_gguf = loader.gguf_source(target_folder)
-    reader = gguf.GGUFReader(str(target_gguf))
+    reader = Index(target_gguf, strings=True)
     tokens = reader.fields["tokenizer.ggml.tokens"].contents()
     folder = loader.resolve(draft)
     cfg, _ = loader.read_config(folder)

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import VerispecError
 from ..files import atomic_dir
+from .gguf_index import Index
 
 _LAYER_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
                 "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
@@ -136,7 +137,7 @@ def read_gguf(path: Path, announce: str | None = None):
     """
     try:
         import gguf
-        reader = gguf.GGUFReader(str(path))
+        reader = Index(path, strings=True)
         tokens = _field(reader, "tokenizer.ggml.tokens")
     except Exception as e:  # corrupt header, truncated file, not a GGUF at all
         raise VerispecError(f"cannot read GGUF file {path}: {e}") from None
@@ -237,11 +238,10 @@ def quantized_weights(path: Path, cfg) -> tuple[dict, dict]:
     unquantized) and, for each quantized matrix, to a meta tensor of its shape; packed maps those names to
     `quant.Packed` (the kernel's layout of the file's own blocks). The fp32 embedding is the file's dequantization.
     """
-    import gguf
     import torch
 
     from . import quant
-    reader = gguf.GGUFReader(str(path))
+    reader = Index(path)                                  # gguf-py's reader would decode the tokenizer too (slow)
     arch, narrow = _field(reader, "general.architecture"), widened(reader)
     hf, packed = {}, {}
     for t in reader.tensors:

@@ -15,9 +15,14 @@ from .llama import Llama, LlamaConfig
 from .gguf import quantized_weights
 from .tokenizer import Tokenizer
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "gguf": torch.float32}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "gguf": torch.float32,
+          "gguf-q8": torch.float32}
 # "gguf": the GGUF file's quantized matrices multiplied as they are stored (`quant`), everything else fp32: the
-# very model `fp32` loads (the file's fp32 dequantization), bit for bit, with 3-4x fewer bytes read per pass
+# very model `fp32` loads (the file's fp32 dequantization), bit for bit, with 3-4x fewer bytes read per pass.
+# "gguf-q8": the same weights, each matrix product's activations quantized to 8 bits per 32 values and summed in
+# exact integer arithmetic (`quant.matmul_q8`, llama.cpp's kind of arithmetic): a different model from fp32, and
+# faster; output is exact to this model.
+QUANTIZED = ("gguf", "gguf-q8")
 
 
 def home() -> Path:
@@ -120,8 +125,9 @@ def gguf_source(folder: Path) -> Path:
     return path
 
 
-def quantize(model: Llama, packed: dict) -> None:
-    """Hand each quantized matrix (Hugging Face name -> quant.Packed) to its fused layer, in output order."""
+def quantize(model: Llama, packed: dict, int8: bool = False) -> None:
+    """Hand each quantized matrix (Hugging Face name -> quant.Packed) to its fused layer, in output order
+    (int8: multiplied with 8-bit activations, `quant.matmul_q8`)."""
     if not packed:
         return
     parts = {}
@@ -138,7 +144,7 @@ def quantize(model: Llama, packed: dict) -> None:
         if any(n in packed for n in names):
             if not all(n in packed for n in names):
                 raise VerispecError(f"{names[0]}: a fused matrix is only partly quantized in this file")
-            linear.quant = [packed.pop(n) for n in names]
+            linear.quant, linear.int8 = [packed.pop(n) for n in names], int8
     if packed:
         raise VerispecError(f"quantized tensors with no place in the model: {', '.join(sorted(packed))}")
 
@@ -173,11 +179,11 @@ def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
     """
     if dtype not in DTYPES:
         raise VerispecError(f"unknown dtype {dtype!r}: choose from {', '.join(DTYPES)}")
-    folder = resolve(spec, weights=dtype != "gguf")
+    folder = resolve(spec, weights=dtype not in QUANTIZED)
     cfg, hf_cfg = read_config(folder)
     hf, packed = {}, {}
     try:
-        from_gguf = dtype == "gguf" and (folder / "source.json").exists()   # else gguf means fp32 here
+        from_gguf = dtype in QUANTIZED and (folder / "source.json").exists()   # else gguf means fp32 here
         if from_gguf:
             hf, packed = quantized_weights(gguf_source(folder), cfg)
         if not from_gguf:
@@ -192,13 +198,13 @@ def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
             model = Llama(cfg)
         model.load_state_dict(state, assign=True, strict=True)
         quantized = bool(packed)
-        quantize(model, packed)
+        quantize(model, packed, int8=dtype == "gguf-q8")
     except VerispecError:
         raise
     except Exception as e:
         raise VerispecError(f"cannot load weights from {folder}: {type(e).__name__}: {e}") from None
-    if dtype == "gguf" and torch.device(device).type != "cpu":
-        raise VerispecError("--dtype gguf runs on the CPU only; use fp32 or bf16 on other devices")
+    if dtype in QUANTIZED and torch.device(device).type != "cpu":
+        raise VerispecError(f"--dtype {dtype} runs on the CPU only; use fp32 or bf16 on other devices")
     if not quantized:                        # quantized matrices stay where they are: the CPU, as stored
         model = model.to(device=device, dtype=DTYPES[dtype])
     model = model.eval().requires_grad_(False)

@@ -96,12 +96,14 @@ class Linear(nn.Linear):
     """nn.Linear whose inference product is row-invariant (same parameters, same state-dict names).
 
     `quant`, when set (--dtype gguf), holds the matrix as GGUF-quantized parts stacked along the outputs
-    ([quant.Packed], e.g. q, k and v); the weight is then only a shape (on the meta device)."""
+    ([quant.Packed], e.g. q, k and v); the weight is then only a shape (on the meta device). `int8` (--dtype
+    gguf-q8) multiplies them with 8-bit activations and integer sums (`quant.matmul_q8`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._packed = _Packed()
         self.quant = None
+        self.int8 = False
 
     def panels(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The kernel's weight layout and fp32 bias (rebuilt when the weight changes)."""
@@ -114,11 +116,12 @@ class Linear(nn.Linear):
 
     def _quantized(self, x: torch.Tensor, fp32: bool) -> torch.Tensor:
         """x [..., K] -> [..., N]: each part's product on its quantized blocks, each output one fp32 FMA chain
-        (as `_linear` on the fp32 dequantized weight: the same bits)."""
+        (as `_linear` on the fp32 dequantized weight: the same bits), or with int8 its integer product."""
         from . import quant
         rows = x.reshape(-1, x.shape[-1])                                              # [M, K]
         biases = [None] * len(self.quant) if self.bias is None else self.bias.split([p.n for p in self.quant])
-        y = _rows(lambda r: torch.cat([quant.matmul(r, p, b) for p, b in zip(self.quant, biases)], -1), rows)
+        mm = quant.matmul_q8 if self.int8 else quant.matmul
+        y = _rows(lambda r: torch.cat([mm(r, p, b) for p, b in zip(self.quant, biases)], -1), rows)
         y = y.view(*x.shape[:-1], self.out_features)                                   # fp32
         return y if fp32 else y.to(x.dtype)
 

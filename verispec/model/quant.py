@@ -167,6 +167,55 @@ def embed(p: Packed, ids: torch.Tensor) -> torch.Tensor:
     return dequantize(sub)[where * 16 + ids % 16]                                              # [T, K]
 
 
+def quantize_activations(x: torch.Tensor, group: int = 32) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x [M, K] fp32 -> (xq [M, K] int8-valued, dx [M, K/32], bs [M, K/group] sums of xq): `--dtype gguf-q8`'s
+    activations, each block of 32 k of a row on its own: dx = amax / 127, xq = round(x * 127 / amax) (ties to even)."""
+    M, K = x.shape
+    v = x.float().view(M, K // 32, 32)
+    amax = v.abs().amax(-1, keepdim=True)                                                     # [M, K/32, 1]
+    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
+    xq = torch.round(v * inv).clamp(-127, 127).view(M, K)
+    return xq, (amax / 127.0).view(M, K // 32), xq.view(M, K // group, group).sum(-1)
+
+
+def matmul_q8_reference(x: torch.Tensor, p: Packed, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`matmul_q8` in PyTorch, without the kernels: the same integers and the same fp32 operations in the same
+    order, so the same bits (tested). For tests, and machines without the kernels (slow)."""
+    group = 16 if p.kind == "Q6_K" else 32
+    xq, dx, bs = quantize_activations(x.float().contiguous(), group)
+    q = _unwords(p.q, p.kind).double()                                                        # [P, K, 16]
+    if p.kind == "Q4_K":
+        s = _per_k(p.d.float(), p.k // 32) * p.sc.float()                                     # [P, K/32, 16]
+        o = -(_per_k(p.dmin.float(), p.k // 32) * p.mn.float())
+    elif p.kind == "Q6_K":
+        s, o = _per_k(p.d.float(), p.k // 16) * p.sc.float(), None                            # [P, K/16, 16]
+    else:
+        s, o = p.d.float(), None                                                              # [P, K/32, 16]
+    q = q.transpose(1, 2).reshape(-1, p.k)[:, None]                                          # [N', 1, K]
+    S = (xq.double()[None] * q).view(q.shape[0], -1, p.k // group, group).sum(-1).float()   # [N', M, K/G] exact
+    s = s.transpose(1, 2).reshape(-1, p.k // group)[:, None]                                 # [N', 1, K/G]
+    t = s * S                                                                                 # fp32 products
+    if o is not None:
+        t = t + o.transpose(1, 2).reshape(-1, p.k // group)[:, None] * bs[None].float()
+    y = torch.zeros(t.shape[:2], dtype=torch.float32)                                         # [N', M]
+    dxg = dx.repeat_interleave(32 // group, dim=1)[None]                                      # [1, M, K/G]
+    for g in range(t.shape[-1]):
+        y = y + dxg[..., g] * t[..., g]                                                       # g ascending
+    y = y[:p.n].T.contiguous()                                                                # [M, N]
+    return y if bias is None else y + bias.float()
+
+
+def matmul_q8(x: torch.Tensor, p: Packed, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] -> [M, N] fp32 with 8-bit activations and exact integer dot products (`--dtype gguf-q8`, the
+    `q8linear` kernel): row-invariant by construction. Without the kernels: `matmul_q8_reference`."""
+    x = x.float().contiguous()
+    b = None if bias is None else bias.detach().float().contiguous()
+    k = kernels.load() if x.device.type == "cpu" else None
+    if k is None:
+        return matmul_q8_reference(x.cpu(), p, b).to(x.device)
+    return k.q8linear(x, TYPES[p.kind][2], p.q, p.sc, p.mn, p.d, p.dmin, p.n, b)
+
+
 def matmul(x: torch.Tensor, p: Packed, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] -> x @ W.T (+ bias) [M, N] fp32, row-invariant, W the weight's fp32 dequantization.
     On the kernels: equal bit for bit to `linear` on W's fp32 panels; elsewhere PyTorch on `dequantize(p)`."""

@@ -61,6 +61,11 @@ class Proposer:
     def observe(self, hidden: torch.Tensor) -> None:
         """hidden: [m, D] the target's final hidden states at the positions kept this cycle (reads_features)."""
 
+    def behind(self, context: list[int]) -> int:
+        """Tokens of `context` the proposer would have to read before drafting after it (a draft model's catch-up
+        on what was decoded while it sat idle); auto k charges them to a probe."""
+        return 0
+
     def fork(self) -> "Proposer":
         """A proposer for one more concurrent sequence: the same weights, its own per-sequence state."""
         return copy.copy(self)

@@ -37,13 +37,24 @@ class DraftModelProposer(Proposer):
         twin.cache, twin.seen = None, []
         return twin
 
-    def _sync(self, context: list[int]) -> list[int]:
-        """Drop cached slots that disagree with `context`; return the context tokens still to be fed."""
+    def _kept(self, context: list[int]) -> int:
+        """How many cached slots agree with `context` (the last token is always re-fed: its logits are needed)."""
+        n = min(len(self.seen), len(context) - 1)
+        if self.seen[:n] == context[:n]:
+            return max(n, 0)
         keep = 0
-        for a, b in zip(self.seen, context[:-1]):  # always re-feed the last token: its logits are needed
+        for a, b in zip(self.seen, context[:-1]):
             if a != b:
                 break
             keep += 1
+        return keep
+
+    def behind(self, context: list[int]) -> int:
+        return len(context) - (self._kept(context) if self.cache is not None else 0)
+
+    def _sync(self, context: list[int]) -> list[int]:
+        """Drop cached slots that disagree with `context`; return the context tokens still to be fed."""
+        keep = self._kept(context)
         self.cache.truncate(keep)
         del self.seen[keep:]
         return context[keep:]

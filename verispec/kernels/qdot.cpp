@@ -1,0 +1,250 @@
+// Integer products over GGUF-quantized weights (`--dtype gguf-q8`): llama.cpp's kind of arithmetic, row-invariant
+// by construction.
+//
+// Each row's activations are quantized on their own, per block of 32 k:  dx = amax / 127,  xq = round(x * 127 /
+// amax) in [-127, 127] (`quantize_rows`). Then for each output n and scale group g of the weight (32 k; 16 for Q6_K)
+// the dot product of the integers is summed exactly in int32 (AVX2 `maddubs`: unsigned weight byte x signed
+// activation byte, pairs summed in int16, widened with `madd`), and the groups are combined in fp32, g ascending:
+//   Q8_0          t = d * S                                  (signed weights: |q| x sign(q) xq)
+//   Q5_0, Q6_K    t = s * (S - 2^b * sum(xq))               (stored q - 16 / q - 32 made unsigned by + 2^b)
+//   Q4_K          t = (d * sc) * S + (-(dmin * m)) * sum(xq)
+//   y[m, n] = y[m, n] + dx[m, block(g)] * t                  (then + bias)
+// (products and sums each rounded once to fp32, no fused multiply-add, so PyTorch's fp32 operations reproduce
+// every bit: `quant.matmul_q8_reference`.)
+// Integer sums are exact, and every float operation of a row is one fixed sequence whatever the number of rows,
+// the tile a row sits in or the thread that runs it: so a row's output depends on that row alone, on any machine.
+// The weights are `quant.py`'s packed panels (16 outputs; 4 bytes or 8 nibbles of k per output per 32-bit word),
+// the same bytes `qlinear` reads. Q4_K's activations are stored per 8 k as (0 2 4 6)(1 3 5 7), matching the low and
+// high nibbles of a word.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include "simd.h"
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+enum Kind { Q8_0 = 0, Q5_0 = 1, Q6_K = 2, Q4_K = 3 };
+
+struct QW {                 // a packed weight (verispec/model/quant.py, Packed); K inputs
+  const uint8_t *q, *sc, *mn;
+  const at::Half *d, *dmin;
+  int64_t K;
+};
+
+template <int KIND>
+struct Traits {
+  static constexpr int64_t G = KIND == Q6_K ? 16 : 32;                      // k per scale group
+  static constexpr int64_t U = KIND == Q4_K ? 8 : 4;                        // k per 32-bit word
+  // words summed in int16 before widening: the bound 2 * max|w| * 127 per maddubs, times F, stays below 2^15
+  static constexpr int F = KIND == Q8_0 ? 1 : KIND == Q6_K ? 2 : 4;
+  static constexpr int SHIFT = KIND == Q5_0 ? 4 : KIND == Q6_K ? 5 : 0;     // stored q + 2^SHIFT >= 0
+};
+
+inline __m256 half8(const at::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+// keeps a row's running sums in registers at this point: stops the compiler from hoisting every product of a
+// group ahead of the sums (which spills them all to the stack)
+inline void keep(__m256i& a, __m256i& b) {
+  asm("" : "+x"(a), "+x"(b));
+}
+inline __m256i bcast32(const int8_t* p) { int32_t v; std::memcpy(&v, p, 4); return _mm256_set1_epi32(v); }
+
+// group g's (first k) scales s and Q4_K's offsets o = -(dmin * m) for panel p's 16 outputs (two halves of 8)
+template <int KIND>
+inline void group_scales(const QW& w, int64_t p, int64_t g, __m256 s[2], __m256 o[2]) {
+  const int64_t K = w.K;
+  if (KIND == Q8_0 || KIND == Q5_0) {
+    const at::Half* d = w.d + (p * (K / 32) + g / 32) * 16;
+    s[0] = half8(d), s[1] = half8(d + 8);
+    return;
+  }
+  const int64_t sb = (p * (K / 256) + g / 256) * 16;
+  const int64_t G = Traits<KIND>::G;
+  const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.sc + (p * (K / G) + g / G) * 16));
+  const __m128i sc_hi = _mm_unpackhi_epi64(sc, sc);
+  if (KIND == Q6_K) {
+    s[0] = _mm256_mul_ps(half8(w.d + sb), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+    s[1] = _mm256_mul_ps(half8(w.d + sb + 8), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc_hi)));
+    return;
+  }
+  const __m128i mn = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.mn + (p * (K / 32) + g / 32) * 16));
+  const __m256 neg = _mm256_set1_ps(-0.0f);
+  s[0] = _mm256_mul_ps(half8(w.d + sb), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)));
+  s[1] = _mm256_mul_ps(half8(w.d + sb + 8), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc_hi)));
+  o[0] = _mm256_xor_ps(neg, _mm256_mul_ps(half8(w.dmin + sb), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn))));
+  o[1] = _mm256_xor_ps(neg, _mm256_mul_ps(half8(w.dmin + sb + 8),
+                                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(mn, mn)))));
+}
+
+// MT rows x panel p, groups with first k in [k0, k1): acc [MT, 16] += the groups' terms, in g order
+template <int KIND, int MT>
+void tile(const QW& w, int64_t p, const int8_t* xq, const float* dx, const int32_t* bs, int64_t k0, int64_t k1,
+          float* acc) {
+  using T = Traits<KIND>;
+  const int64_t K = w.K, nb = K / 32, ng = K / T::G;
+  const uint8_t* qp = w.q + p * (K / T::U) * 64;
+  const __m256i nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), lift = _mm256_set1_epi8(1 << T::SHIFT);
+  for (int64_t g = k0; g < k1; g += T::G) {
+    __m256 s[2], o[2];
+    group_scales<KIND>(w, p, g, s, o);
+    __m256i S[MT][2];
+    for (int m = 0; m < MT; ++m) S[m][0] = S[m][1] = _mm256_setzero_si256();
+    for (int64_t k = g; k < g + T::G; k += T::U * T::F) {
+      __m256i h[MT][2];
+      for (int m = 0; m < MT; ++m) h[m][0] = h[m][1] = _mm256_setzero_si256();
+      for (int f = 0; f < T::F; ++f) {
+        const int64_t kk = k + f * T::U;
+        const uint8_t* c = qp + kk / T::U * 64;
+        _mm_prefetch(reinterpret_cast<const char*>(c + 1024), _MM_HINT_T0);
+        const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
+        const __m256i r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32));
+        if constexpr (KIND == Q4_K) {
+          const __m256i l0 = _mm256_and_si256(r0, nib), l1 = _mm256_and_si256(r1, nib);
+          const __m256i u0 = _mm256_and_si256(_mm256_srli_epi16(r0, 4), nib);
+          const __m256i u1 = _mm256_and_si256(_mm256_srli_epi16(r1, 4), nib);
+          for (int m = 0; m < MT; ++m) {
+            const __m256i xl = bcast32(xq + m * K + kk), xh = bcast32(xq + m * K + kk + 4);
+            h[m][0] = _mm256_add_epi16(h[m][0], _mm256_add_epi16(_mm256_maddubs_epi16(l0, xl), _mm256_maddubs_epi16(u0, xh)));
+            h[m][1] = _mm256_add_epi16(h[m][1], _mm256_add_epi16(_mm256_maddubs_epi16(l1, xl), _mm256_maddubs_epi16(u1, xh)));
+            keep(h[m][0], h[m][1]);
+          }
+        } else if constexpr (KIND == Q8_0) {
+          const __m256i a0 = _mm256_abs_epi8(r0), a1 = _mm256_abs_epi8(r1);
+          for (int m = 0; m < MT; ++m) {
+            const __m256i xb = bcast32(xq + m * K + kk);
+            h[m][0] = _mm256_maddubs_epi16(a0, _mm256_sign_epi8(xb, r0));
+            h[m][1] = _mm256_maddubs_epi16(a1, _mm256_sign_epi8(xb, r1));
+          }
+        } else {
+          const __m256i u0 = _mm256_add_epi8(r0, lift), u1 = _mm256_add_epi8(r1, lift);
+          for (int m = 0; m < MT; ++m) {
+            const __m256i xb = bcast32(xq + m * K + kk);
+            h[m][0] = _mm256_add_epi16(h[m][0], _mm256_maddubs_epi16(u0, xb));
+            h[m][1] = _mm256_add_epi16(h[m][1], _mm256_maddubs_epi16(u1, xb));
+            keep(h[m][0], h[m][1]);
+          }
+        }
+      }
+      for (int m = 0; m < MT; ++m)
+        for (int j = 0; j < 2; ++j) S[m][j] = _mm256_add_epi32(S[m][j], _mm256_madd_epi16(h[m][j], ones));
+    }
+    for (int m = 0; m < MT; ++m) {
+      const __m256 dxm = _mm256_set1_ps(dx[m * nb + g / 32]);
+      const int32_t b = bs[m * ng + g / T::G];
+      for (int j = 0; j < 2; ++j) {
+        __m256 t;
+        if constexpr (KIND == Q4_K)
+          t = _mm256_add_ps(_mm256_mul_ps(s[j], _mm256_cvtepi32_ps(S[m][j])), _mm256_mul_ps(o[j], _mm256_set1_ps(static_cast<float>(b))));
+        else if constexpr (KIND == Q8_0)
+          t = _mm256_mul_ps(s[j], _mm256_cvtepi32_ps(S[m][j]));
+        else
+          t = _mm256_mul_ps(s[j], _mm256_cvtepi32_ps(_mm256_sub_epi32(S[m][j], _mm256_set1_epi32(b << T::SHIFT))));
+        float* a = acc + m * 16 + j * 8;
+        _mm256_storeu_ps(a, _mm256_add_ps(_mm256_loadu_ps(a), _mm256_mul_ps(dxm, t)));
+      }
+    }
+  }
+}
+
+constexpr int64_t MT_MAX = 4;   // rows sharing each word's unpacked weights
+constexpr int64_t KB = 512;     // k per block when several row groups share a panel (its bytes stay in L1)
+
+template <int KIND>
+void rows_tile(int64_t mt, const QW& w, int64_t p, const int8_t* xq, const float* dx, const int32_t* bs, int64_t k0,
+               int64_t k1, float* acc) {
+  switch (mt) {
+    case 1: tile<KIND, 1>(w, p, xq, dx, bs, k0, k1, acc); break;
+    case 2: tile<KIND, 2>(w, p, xq, dx, bs, k0, k1, acc); break;
+    case 3: tile<KIND, 3>(w, p, xq, dx, bs, k0, k1, acc); break;
+    default: tile<KIND, 4>(w, p, xq, dx, bs, k0, k1, acc); break;
+  }
+}
+
+template <int KIND>
+void q8_impl(const int8_t* xq, const float* dx, const int32_t* bs, int64_t M, const QW& w, int64_t panels,
+             const float* bias, float* y, int64_t N) {
+  const int64_t K = w.K, nb = K / 32, ng = K / Traits<KIND>::G, groups = (M + MT_MAX - 1) / MT_MAX;
+  const int64_t kb = groups == 1 ? K : KB;
+  at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> acc(M * 16);
+    for (int64_t p = b; p < e; ++p) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t k0 = 0; k0 < K; k0 += kb)
+        for (int64_t g = 0, m0 = 0; g < groups; ++g) {
+          const int64_t mt = (M - m0) / (groups - g);              // balanced: 5 rows -> 2 + 3
+          rows_tile<KIND>(mt, w, p, xq + m0 * K, dx + m0 * nb, bs + m0 * ng, k0, std::min(K, k0 + kb),
+                          acc.data() + m0 * 16);
+          m0 += mt;
+        }
+      store_rows(acc.data(), M, 16, p, 0, bias, y, N);
+    }
+  });
+}
+
+// x [M, K] fp32 -> xq [M, K] int8 (Q4_K: per 8 k, even k then odd k), dx [M, K/32], bs [M, K/G] (sums of xq)
+void quantize_rows(const float* x, int64_t M, int64_t K, int kind, int8_t* xq, float* dx, int32_t* bs) {
+  const int64_t G = kind == Q6_K ? 16 : 32;
+  at::parallel_for(0, M, 1, [&](int64_t b, int64_t e) {
+    for (int64_t m = b; m < e; ++m)
+      for (int64_t blk = 0; blk < K / 32; ++blk) {
+        const float* v = x + m * K + blk * 32;
+        float amax = 0.0f;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int8_t q[32];
+        for (int i = 0; i < 32; ++i) q[i] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, std::nearbyint(v[i] * id))));
+        dx[m * (K / 32) + blk] = amax / 127.0f;
+        for (int64_t j = 0; j < 32 / G; ++j) {
+          int32_t sum = 0;
+          for (int64_t i = 0; i < G; ++i) sum += q[j * G + i];
+          bs[m * (K / G) + blk * (32 / G) + j] = sum;
+        }
+        int8_t* out = xq + m * K + blk * 32;
+        for (int i = 0; i < 32; ++i)
+          out[i] = kind == Q4_K ? q[(i & ~7) + ((i & 7) < 4 ? 2 * (i & 3) : 2 * (i & 3) + 1)] : q[i];
+      }
+  });
+}
+
+}  // namespace
+
+// x [M, K] fp32; kind and packed arrays as `qlinear`'s (quant.cpp); bias [N] fp32 or None -> y [M, N] fp32
+torch::Tensor q8linear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Tensor sc, torch::Tensor mn,
+                       torch::Tensor d, torch::Tensor dmin, int64_t N, c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "q8linear: x must be [M, K] fp32");
+  TORCH_CHECK(kind >= 0 && kind <= 3, "q8linear: unknown kind ", kind);
+  const int64_t M = x.size(0), K = x.size(1), P = (N + 15) / 16, block = kind >= Q6_K ? 256 : 32;
+  TORCH_CHECK(N > 0 && K % block == 0, "q8linear: K = ", K, " must be a multiple of ", block);
+  TORCH_CHECK(q.numel() == P * K * 16 / (kind == Q4_K ? 2 : 1) && d.numel() == P * (K / block) * 16,
+              "q8linear: packed weight does not match [", N, ", ", K, "]");
+  const float* b = nullptr;
+  if (bias && bias->defined()) {
+    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->numel() == N && bias->is_contiguous(), "q8linear: bias");
+    b = bias->data_ptr<float>();
+  }
+  auto y = torch::empty({M, N}, x.options());
+  if (M == 0) return y;
+  const int64_t G = kind == Q6_K ? 16 : 32;
+  std::vector<int8_t> xq(M * K);
+  std::vector<float> dx(M * (K / 32));
+  std::vector<int32_t> bs(M * (K / G));
+  quantize_rows(x.data_ptr<float>(), M, K, static_cast<int>(kind), xq.data(), dx.data(), bs.data());
+  auto u8 = [](const torch::Tensor& t) { return t.numel() ? reinterpret_cast<const uint8_t*>(t.data_ptr()) : nullptr; };
+  auto f16 = [](const torch::Tensor& t) { return t.numel() ? reinterpret_cast<const at::Half*>(t.data_ptr()) : nullptr; };
+  const QW w{u8(q), u8(sc), u8(mn), f16(d), f16(dmin), K};
+  float* yd = y.data_ptr<float>();
+  switch (kind) {
+    case Q8_0: q8_impl<Q8_0>(xq.data(), dx.data(), bs.data(), M, w, P, b, yd, N); break;
+    case Q5_0: q8_impl<Q5_0>(xq.data(), dx.data(), bs.data(), M, w, P, b, yd, N); break;
+    case Q6_K: q8_impl<Q6_K>(xq.data(), dx.data(), bs.data(), M, w, P, b, yd, N); break;
+    default: q8_impl<Q4_K>(xq.data(), dx.data(), bs.data(), M, w, P, b, yd, N); break;
+  }
+  return y;
+}
+
+void register_qdot(pybind11::module& m) {
+  m.def("q8linear", &q8linear, "row-invariant linear layer over GGUF-quantized weights with 8-bit activations and "
+        "exact integer dot products (--dtype gguf-q8)");
+}
