@@ -19,20 +19,12 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
-#include "simd.h"
+#include "qweight.h"
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 namespace {
-
-enum Kind { Q8_0 = 0, Q5_0 = 1, Q6_K = 2, Q4_K = 3 };
-
-struct QW {                 // a packed weight (verispec/model/quant.py, Packed); K inputs
-  const uint8_t *q, *sc, *mn;
-  const at::Half *d, *dmin;
-  int64_t K;
-};
 
 template <int KIND>
 struct Traits {
@@ -43,7 +35,6 @@ struct Traits {
   static constexpr int SHIFT = KIND == Q5_0 ? 4 : KIND == Q6_K ? 5 : 0;     // stored q + 2^SHIFT >= 0
 };
 
-inline __m256 half8(const at::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 // keeps a row's running sums in registers at this point: stops the compiler from hoisting every product of a
 // group ahead of the sums (which spills them all to the stack)
 inline void keep(__m256i& a, __m256i& b) {
@@ -51,36 +42,9 @@ inline void keep(__m256i& a, __m256i& b) {
 }
 inline __m256i bcast32(const int8_t* p) { int32_t v; std::memcpy(&v, p, 4); return _mm256_set1_epi32(v); }
 
-// group g's (first k) scales s and Q4_K's offsets o = -(dmin * m) for panel p's 16 outputs (two halves of 8)
-template <int KIND>
-inline void group_scales(const QW& w, int64_t p, int64_t g, __m256 s[2], __m256 o[2]) {
-  const int64_t K = w.K;
-  if (KIND == Q8_0 || KIND == Q5_0) {
-    const at::Half* d = w.d + (p * (K / 32) + g / 32) * 16;
-    s[0] = half8(d), s[1] = half8(d + 8);
-    return;
-  }
-  const int64_t sb = (p * (K / 256) + g / 256) * 16;
-  const int64_t G = Traits<KIND>::G;
-  const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.sc + (p * (K / G) + g / G) * 16));
-  const __m128i sc_hi = _mm_unpackhi_epi64(sc, sc);
-  if (KIND == Q6_K) {
-    s[0] = _mm256_mul_ps(half8(w.d + sb), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
-    s[1] = _mm256_mul_ps(half8(w.d + sb + 8), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc_hi)));
-    return;
-  }
-  const __m128i mn = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.mn + (p * (K / 32) + g / 32) * 16));
-  const __m256 neg = _mm256_set1_ps(-0.0f);
-  s[0] = _mm256_mul_ps(half8(w.d + sb), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)));
-  s[1] = _mm256_mul_ps(half8(w.d + sb + 8), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc_hi)));
-  o[0] = _mm256_xor_ps(neg, _mm256_mul_ps(half8(w.dmin + sb), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn))));
-  o[1] = _mm256_xor_ps(neg, _mm256_mul_ps(half8(w.dmin + sb + 8),
-                                          _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(mn, mn)))));
-}
-
 // MT rows x panel p, groups with first k in [k0, k1): acc [MT, 16] += the groups' terms, in g order
 template <int KIND, int MT>
-void tile(const QW& w, int64_t p, const int8_t* xq, const float* dx, const int32_t* bs, int64_t k0, int64_t k1,
+void tile(const QWeight& w, int64_t p, const int8_t* xq, const float* dx, const int32_t* bs, int64_t k0, int64_t k1,
           float* acc) {
   using T = Traits<KIND>;
   const int64_t K = w.K, nb = K / 32, ng = K / T::G;
@@ -152,7 +116,7 @@ constexpr int64_t MT_MAX = 4;   // rows sharing each word's unpacked weights
 constexpr int64_t KB = 512;     // k per block when several row groups share a panel (its bytes stay in L1)
 
 template <int KIND>
-void rows_tile(int64_t mt, const QW& w, int64_t p, const int8_t* xq, const float* dx, const int32_t* bs, int64_t k0,
+void rows_tile(int64_t mt, const QWeight& w, int64_t p, const int8_t* xq, const float* dx, const int32_t* bs, int64_t k0,
                int64_t k1, float* acc) {
   switch (mt) {
     case 1: tile<KIND, 1>(w, p, xq, dx, bs, k0, k1, acc); break;
@@ -163,7 +127,7 @@ void rows_tile(int64_t mt, const QW& w, int64_t p, const int8_t* xq, const float
 }
 
 template <int KIND>
-void q8_impl(const int8_t* xq, const float* dx, const int32_t* bs, int64_t M, const QW& w, int64_t panels,
+void q8_impl(const int8_t* xq, const float* dx, const int32_t* bs, int64_t M, const QWeight& w, int64_t panels,
              const float* bias, float* y, int64_t N) {
   const int64_t K = w.K, nb = K / 32, ng = K / Traits<KIND>::G, groups = (M + MT_MAX - 1) / MT_MAX;
   const int64_t kb = groups == 1 ? K : KB;
@@ -213,35 +177,21 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int kind, int8_t* xq, f
 // x [M, K] fp32; kind and packed arrays as `qlinear`'s (quant.cpp); bias [N] fp32 or None -> y [M, N] fp32
 torch::Tensor q8linear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Tensor sc, torch::Tensor mn,
                        torch::Tensor d, torch::Tensor dmin, int64_t N, c10::optional<torch::Tensor> bias) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "q8linear: x must be [M, K] fp32");
-  TORCH_CHECK(kind >= 0 && kind <= 3, "q8linear: unknown kind ", kind);
-  const int64_t M = x.size(0), K = x.size(1), P = (N + 15) / 16, block = kind >= Q6_K ? 256 : 32;
-  TORCH_CHECK(N > 0 && K % block == 0, "q8linear: K = ", K, " must be a multiple of ", block);
-  TORCH_CHECK(q.numel() == P * K * 16 / (kind == Q4_K ? 2 : 1) && d.numel() == P * (K / block) * 16,
-              "q8linear: packed weight does not match [", N, ", ", K, "]");
-  const float* b = nullptr;
-  if (bias && bias->defined()) {
-    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->numel() == N && bias->is_contiguous(), "q8linear: bias");
-    b = bias->data_ptr<float>();
-  }
-  auto y = torch::empty({M, N}, x.options());
-  if (M == 0) return y;
-  const int64_t G = kind == Q6_K ? 16 : 32;
+  QArgs a = quant_args("q8linear", x, kind, q, sc, mn, d, dmin, N, bias);
+  if (a.M == 0) return a.y;
+  const int64_t M = a.M, K = a.K, G = kind == Q6_K ? 16 : 32;
   std::vector<int8_t> xq(M * K);
   std::vector<float> dx(M * (K / 32));
   std::vector<int32_t> bs(M * (K / G));
   quantize_rows(x.data_ptr<float>(), M, K, static_cast<int>(kind), xq.data(), dx.data(), bs.data());
-  auto u8 = [](const torch::Tensor& t) { return t.numel() ? reinterpret_cast<const uint8_t*>(t.data_ptr()) : nullptr; };
-  auto f16 = [](const torch::Tensor& t) { return t.numel() ? reinterpret_cast<const at::Half*>(t.data_ptr()) : nullptr; };
-  const QW w{u8(q), u8(sc), u8(mn), f16(d), f16(dmin), K};
-  float* yd = y.data_ptr<float>();
+  float* yd = a.y.data_ptr<float>();
   switch (kind) {
-    case Q8_0: q8_impl<Q8_0>(xq.data(), dx.data(), bs.data(), M, w, P, b, yd, N); break;
-    case Q5_0: q8_impl<Q5_0>(xq.data(), dx.data(), bs.data(), M, w, P, b, yd, N); break;
-    case Q6_K: q8_impl<Q6_K>(xq.data(), dx.data(), bs.data(), M, w, P, b, yd, N); break;
-    default: q8_impl<Q4_K>(xq.data(), dx.data(), bs.data(), M, w, P, b, yd, N); break;
+    case Q8_0: q8_impl<Q8_0>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
+    case Q5_0: q8_impl<Q5_0>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
+    case Q6_K: q8_impl<Q6_K>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
+    default: q8_impl<Q4_K>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
   }
-  return y;
+  return a.y;
 }
 
 void register_qdot(pybind11::module& m) {

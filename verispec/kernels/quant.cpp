@@ -18,24 +18,12 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
-#include "simd.h"
+#include "qweight.h"
 #include <cmath>
 #include <type_traits>
 #include <vector>
 
 namespace {
-
-enum Kind { Q8_0 = 0, Q5_0 = 1, Q6_K = 2, Q4_K = 3 };
-
-struct QWeight {            // a packed weight's arrays (see the top of the file); P panels, K inputs
-  const uint8_t *q, *sc, *mn;
-  const at::Half *d, *dmin;
-  int64_t K;
-};
-
-inline __m256 i8_to_f(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }    // low 8 int8
-inline __m256 u8_to_f(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }    // low 8 uint8
-inline __m128i load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 
 template <int I, int U, typename F>
 inline void unroll(F&& f) {   // f(integral_constant<int, I>) for I .. U-1, each with a compile-time index
@@ -58,34 +46,18 @@ struct Panel {
   const QWeight& w;
   int64_t p;
   __m256i r0, r1;
-  __m256 s[NS][2], o0, o1;
+  __m256 s[NS][2], o[2];
 
   Panel(const QWeight& w_, int64_t p_) : q(w_.q + p_ * (w_.K / U) * 64), w(w_), p(p_) {}
 
   void scales(int64_t k) {   // k: the first k of a scale group
-    const int64_t K = w.K;
-    if (KIND == Q8_0 || KIND == Q5_0) {
-      const at::Half* d = w.d + (p * (K / 32) + k / 32) * 16;
-      s[0][0] = load8(d), s[0][1] = load8(d + 8);
-      return;
-    }
-    const int64_t sb = (p * (K / 256) + k / 256) * 16;           // the 256-k super-block's d (and dmin)
-    const __m256 d0 = load8(w.d + sb), d1 = load8(w.d + sb + 8);
-    const __m128i sc = load16(w.sc + (p * (K / G) + k / G) * 16);
-    if (KIND == Q6_K) {                                          // int8 scales; d * sc is exact
-      s[0][0] = _mm256_mul_ps(d0, i8_to_f(sc)), s[0][1] = _mm256_mul_ps(d1, i8_to_f(_mm_unpackhi_epi64(sc, sc)));
-    } else {                                                     // Q4_K: uint8 scales and mins, all exact
-      const __m128i mn = load16(w.mn + (p * (K / G) + k / G) * 16);
-      const __m256 neg = _mm256_set1_ps(-0.0f);
-      s[0][0] = _mm256_mul_ps(d0, u8_to_f(sc)), s[0][1] = _mm256_mul_ps(d1, u8_to_f(_mm_unpackhi_epi64(sc, sc)));
+    group_scales<KIND>(w, p, k, s[0], o);
+    if constexpr (KIND == Q4_K) {
       static constexpr float pow16[8] = {0x1p0f, 0x1p-4f, 0x1p-8f, 0x1p-12f, 0x1p-16f, 0x1p-20f, 0x1p-24f, 0x1p-28f};
       for (int i = 1; i < NS; ++i) {                             // s * 2^-4i: exact (no underflow: |s| >= 2^-24)
         const __m256 f = _mm256_set1_ps(pow16[i]);
         s[i][0] = _mm256_mul_ps(s[0][0], f), s[i][1] = _mm256_mul_ps(s[0][1], f);
       }
-      const __m256 m0 = load8(w.dmin + sb), m1 = load8(w.dmin + sb + 8);
-      o0 = _mm256_xor_ps(neg, _mm256_mul_ps(m0, u8_to_f(mn)));
-      o1 = _mm256_xor_ps(neg, _mm256_mul_ps(m1, u8_to_f(_mm_unpackhi_epi64(mn, mn))));
     }
   }
 
@@ -109,7 +81,7 @@ struct Panel {
     const __m256 q0 = _mm256_cvtepi32_ps(field<I>(r0)), q1 = _mm256_cvtepi32_ps(field<I>(r1));
     if constexpr (KIND == Q4_K) {
       constexpr int S = I == 7 ? 0 : I;                         // the shifted-down last nibble takes s itself
-      w0 = _mm256_fmadd_ps(s[S][0], q0, o0), w1 = _mm256_fmadd_ps(s[S][1], q1, o1);
+      w0 = _mm256_fmadd_ps(s[S][0], q0, o[0]), w1 = _mm256_fmadd_ps(s[S][1], q1, o[1]);
     } else {
       w0 = _mm256_mul_ps(s[0][0], q0), w1 = _mm256_mul_ps(s[0][1], q1);
     }
@@ -271,49 +243,23 @@ void qlinear_impl(const float* x, int64_t M, const QWeight& w, int64_t panels, c
   });
 }
 
-void check(const torch::Tensor& t, at::ScalarType dtype, std::vector<int64_t> shape, const char* name) {
-  TORCH_CHECK(t.scalar_type() == dtype && t.is_contiguous() && t.sizes() == at::IntArrayRef(shape),
-              "qlinear: ", name, " must be ", dtype, " ", at::IntArrayRef(shape), " contiguous, got ",
-              t.scalar_type(), " ", t.sizes());
-}
-
 }  // namespace
 
 // x [M, K] fp32; kind 0 Q8_0, 1 Q5_0, 2 Q6_K, 3 Q4_K; q, sc, mn, d, dmin as verispec.model.quant.Packed (unused
 // ones empty); bias [N] fp32 or None -> y [M, N] fp32
 torch::Tensor qlinear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Tensor sc, torch::Tensor mn,
                       torch::Tensor d, torch::Tensor dmin, int64_t N, c10::optional<torch::Tensor> bias) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "qlinear: x must be [M, K] fp32");
-  TORCH_CHECK(kind >= 0 && kind <= 3, "qlinear: unknown kind ", kind);
-  const int64_t M = x.size(0), K = x.size(1), P = (N + 15) / 16, block = kind >= Q6_K ? 256 : 32;
-  TORCH_CHECK(N > 0 && K % block == 0, "qlinear: K = ", K, " must be a multiple of ", block);
-  check(q, kind == Q4_K ? at::kByte : at::kChar, {P, K / (kind == Q4_K ? 8 : 4), 16, 4}, "q");
-  check(d, at::kHalf, {P, K / block, 16}, "d");
-  if (kind == Q6_K) check(sc, at::kChar, {P, K / 16, 16}, "sc");
-  if (kind == Q4_K) {
-    check(sc, at::kByte, {P, K / 32, 16}, "sc");
-    check(mn, at::kByte, {P, K / 32, 16}, "mn");
-    check(dmin, at::kHalf, {P, K / 256, 16}, "dmin");
-  }
-  const float* b = nullptr;
-  if (bias && bias->defined()) {
-    TORCH_CHECK(bias->scalar_type() == at::kFloat && bias->numel() == N && bias->is_contiguous(), "qlinear: bias");
-    b = bias->data_ptr<float>();
-  }
-  auto y = torch::empty({M, N}, x.options());
-  if (M == 0) return y;
-  auto u8 = [](const torch::Tensor& t) { return t.numel() ? reinterpret_cast<const uint8_t*>(t.data_ptr()) : nullptr; };
-  auto f16 = [](const torch::Tensor& t) { return t.numel() ? reinterpret_cast<const at::Half*>(t.data_ptr()) : nullptr; };
-  const QWeight w{u8(q), u8(sc), u8(mn), f16(d), f16(dmin), K};
+  QArgs a = quant_args("qlinear", x, kind, q, sc, mn, d, dmin, N, bias);
+  if (a.M == 0) return a.y;
   const float* xd = x.data_ptr<float>();
-  float* yd = y.data_ptr<float>();
+  float* yd = a.y.data_ptr<float>();
   switch (kind) {
-    case Q8_0: qlinear_impl<Q8_0>(xd, M, w, P, b, yd, N); break;
-    case Q5_0: qlinear_impl<Q5_0>(xd, M, w, P, b, yd, N); break;
-    case Q6_K: qlinear_impl<Q6_K>(xd, M, w, P, b, yd, N); break;
-    default: qlinear_impl<Q4_K>(xd, M, w, P, b, yd, N); break;
+    case Q8_0: qlinear_impl<Q8_0>(xd, a.M, a.w, a.P, a.bias, yd, N); break;
+    case Q5_0: qlinear_impl<Q5_0>(xd, a.M, a.w, a.P, a.bias, yd, N); break;
+    case Q6_K: qlinear_impl<Q6_K>(xd, a.M, a.w, a.P, a.bias, yd, N); break;
+    default: qlinear_impl<Q4_K>(xd, a.M, a.w, a.P, a.bias, yd, N); break;
   }
-  return y;
+  return a.y;
 }
 
 void register_quant(pybind11::module& m) {

@@ -136,7 +136,6 @@ def read_gguf(path: Path, announce: str | None = None):
     `announce` is printed to stderr once the file has proved readable, before the slow dequantization.
     """
     try:
-        import gguf
         reader = Index(path, strings=True)
         tokens = _field(reader, "tokenizer.ggml.tokens")
     except Exception as e:  # corrupt header, truncated file, not a GGUF at all

@@ -16,10 +16,7 @@ import numpy as np
 
 from ..errors import VerispecError
 
-_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
-_NUMPY = {0: np.uint8, 1: np.int8, 2: np.uint16, 3: np.int16, 4: np.uint32, 5: np.int32, 6: np.float32, 7: np.bool_,
-          10: np.uint64, 11: np.int64, 12: np.float64}
 
 
 @dataclass(frozen=True)
@@ -42,7 +39,9 @@ class Tensor:
 class Index:
     def __init__(self, path: str | Path, strings: bool = False):
         """strings: decode arrays of strings too (the tokenizer's tokens and merges: a fraction of a second more)."""
-        self._strings = strings
+        import gguf
+        self._gguf, self._strings = gguf, strings
+        self._numeric = {t: np.dtype(d).newbyteorder("<") for t, d in gguf.GGUFReader.gguf_scalar_to_np.items()}
         try:
             self._buf = np.memmap(str(path), dtype=np.uint8, mode="r")
             self._read()
@@ -60,19 +59,21 @@ class Index:
         self._pos += n
         return s
 
+    def _numbers(self, kind: int, n: int) -> list:
+        """n values of a numeric type, little-endian, at the read position (gguf-py's own type table)."""
+        a = np.frombuffer(self._buf, self._numeric[self._gguf.GGUFValueType(kind)], n, self._pos)
+        self._pos += n * a.itemsize
+        return a.tolist()
+
     def _value(self, kind: int) -> tuple[object, list[int]]:
         """The value at the read position, and its types."""
-        if kind in _SCALARS:
-            return self._unpack(_SCALARS[kind]), [kind]
         if kind == _STRING:
             return self._string(), [kind]
         if kind != _ARRAY:
-            raise ValueError(f"unknown metadata type {kind}")
+            return self._numbers(kind, 1)[0], [kind]       # an unknown type raises ValueError
         item, n = self._unpack("<I"), self._unpack("<Q")
-        if item in _NUMPY:
-            a = np.frombuffer(self._buf, _NUMPY[item], n, self._pos)
-            self._pos += n * a.itemsize
-            return a.tolist(), [kind, item]
+        if item not in (_STRING, _ARRAY):
+            return self._numbers(item, n), [kind, item]
         if item == _STRING and self._strings:
             return [self._string() for _ in range(n)], [kind, item]
         for _ in range(n):                                   # strings (or nested arrays): skipped, not decoded
@@ -83,7 +84,7 @@ class Index:
         return None, [kind, item]
 
     def _read(self) -> None:
-        import gguf
+        gguf = self._gguf
         if bytes(self._buf[:4]) != b"GGUF":
             raise ValueError("no GGUF magic")
         self._pos = 4

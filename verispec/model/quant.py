@@ -208,20 +208,22 @@ def matmul_q8_reference(x: torch.Tensor, p: Packed, bias: torch.Tensor | None = 
 def matmul_q8(x: torch.Tensor, p: Packed, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] -> [M, N] fp32 with 8-bit activations and exact integer dot products (`--dtype gguf-q8`, the
     `q8linear` kernel): row-invariant by construction. Without the kernels: `matmul_q8_reference`."""
-    x = x.float().contiguous()
-    b = None if bias is None else bias.detach().float().contiguous()
-    k = kernels.load() if x.device.type == "cpu" else None
-    if k is None:
-        return matmul_q8_reference(x.cpu(), p, b).to(x.device)
-    return k.q8linear(x, TYPES[p.kind][2], p.q, p.sc, p.mn, p.d, p.dmin, p.n, b)
+    return _product("q8linear", lambda x, p, b: matmul_q8_reference(x.cpu(), p, b).to(x.device), x, p, bias)
 
 
 def matmul(x: torch.Tensor, p: Packed, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] -> x @ W.T (+ bias) [M, N] fp32, row-invariant, W the weight's fp32 dequantization.
     On the kernels: equal bit for bit to `linear` on W's fp32 panels; elsewhere PyTorch on `dequantize(p)`."""
+    return _product("qlinear", lambda x, p, b: torch.nn.functional.linear(x, dequantize(p).to(x.device), b),
+                    x, p, bias)
+
+
+def _product(kernel: str, fallback, x: torch.Tensor, p: Packed, bias: torch.Tensor | None) -> torch.Tensor:
+    """x [M, K] times p (+ bias) -> [M, N] fp32 by the kernel named `kernel`, or `fallback(x, p, bias)` where the
+    kernels cannot run (not a CPU tensor, or not built here)."""
     x = x.float().contiguous()
     b = None if bias is None else bias.detach().float().contiguous()
     k = kernels.load() if x.device.type == "cpu" else None
     if k is None:
-        return torch.nn.functional.linear(x, dequantize(p).to(x.device), b)
-    return k.qlinear(x, TYPES[p.kind][2], p.q, p.sc, p.mn, p.d, p.dmin, p.n, b)
+        return fallback(x, p, b)
+    return getattr(k, kernel)(x, TYPES[p.kind][2], p.q, p.sc, p.mn, p.d, p.dmin, p.n, b)
