@@ -23,7 +23,7 @@ from verispec.model import ops, quant
 
 gguf = pytest.importorskip("gguf")
 
-D_OFFSETS = {"Q8_0": [0], "Q5_0": [0], "Q6_K": [208], "Q4_K": [0, 2]}   # where each block's fp16 scales sit
+D_OFFSETS = {"Q8_0": [0], "Q5_0": [0], "Q6_K": [208], "Q4_K": [0, 2], "Q4_1": [0, 2]}   # where each block's fp16 scales sit
 
 
 def random_blocks(kind: str, n: int, k: int, seed: int = 0) -> np.ndarray:
@@ -48,7 +48,7 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 SHAPES = [("Q8_0", 37, 896), ("Q5_0", 50, 896), ("Q8_0", 16, 160), ("Q5_0", 20, 224), ("Q6_K", 45, 1536), ("Q4_K", 45, 1536),
-          ("Q4_K", 33, 256), ("Q6_K", 7, 256)]
+          ("Q4_K", 33, 256), ("Q6_K", 7, 256), ("Q4_1", 45, 576), ("Q4_1", 20, 1536)]
 
 
 @pytest.mark.parametrize("kind,n,k", SHAPES)

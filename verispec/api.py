@@ -117,10 +117,21 @@ def make_proposer(method: str, target: Target, draft: str | None = None, ngram_m
     raise VerispecError(f"unknown method {method!r}: choose from {', '.join(METHODS)}")
 
 
+# A draft or head stored as safetensors, for a quantized target (--dtype gguf, gguf-q8): bf16 reads half fp32's
+# bytes; its dtype changes only how often it is accepted, never the output.
+UNQUANTIZED_DRAFT = "bf16"
+
+
+def heads_dtype(target: Target) -> torch.dtype:
+    """The dtype of Medusa and EAGLE heads for `target`: its own, or UNQUANTIZED_DRAFT's under a quantized one."""
+    return loader.DTYPES[UNQUANTIZED_DRAFT] if target.dtype in loader.QUANTIZED else target.model.dtype
+
+
 def load_draft(target: Target, draft: str | None = None) -> Llama:
     """The draft model at `draft` (default: the shipped one), in the target's dtype and device."""
     model, tok, _ = loader.load(draft or default_draft(target), target.dtype, target.model.device,
-                                need_tokenizer=False, target_embedding=target.model.embed.weight)
+                                need_tokenizer=False, target_embedding=target.model.embed.weight,
+                                unquantized=UNQUANTIZED_DRAFT)
     check_same_vocab(target, model, tok)
     return model
 
@@ -143,7 +154,7 @@ def medusa_proposer(target: Target, heads: str | None = None, tree: str | None =
     from .model.medusa import load_heads
     from .proposers.medusa import MedusaProposer
     folder = heads or default_draft(target, DEFAULT_MEDUSA, "medusa")
-    model, trees = load_heads(folder, target.model.embed.weight, target.model.dtype)
+    model, trees = load_heads(folder, target.model.embed.weight, heads_dtype(target))
     tree, graft = split_graft(tree)
     shape = tree_shape(target, trees["acceptance"], tree, "medusa")
     if shape.depth > model.num_heads:
@@ -175,7 +186,7 @@ def eagle_proposer(target: Target, head: str | None = None, tree: str | None = N
     path ("dynamic+ngram")."""
     from .model.eagle import load_eagle
     from .proposers.eagle import EagleProposer
-    model, cfg = load_eagle(head or default_draft(target, DEFAULT_EAGLE, "eagle"), target.model, target.model.dtype)
+    model, cfg = load_eagle(head or default_draft(target, DEFAULT_EAGLE, "eagle"), target.model, heads_dtype(target))
     acceptance = cfg["acceptance"]
     tree, graft = split_graft(tree)
     if tree in (None, "chain"):

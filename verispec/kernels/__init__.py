@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name(name) for name in ("cpu.cpp", "quant.cpp", "qdot.cpp")]
+SOURCES = [Path(__file__).with_name(name) for name in ("cpu.cpp", "quant.cpp", "qdot.cpp", "qlayer.cpp")]
 HEADERS = [Path(__file__).with_name(name) for name in ("simd.h", "qweight.h")]
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fno-fast-math", "-fopenmp"]
 _state: dict = {}

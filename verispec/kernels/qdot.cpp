@@ -8,13 +8,14 @@
 //   Q8_0          t = d * S                                  (signed weights: |q| x sign(q) xq)
 //   Q5_0, Q6_K    t = s * (S - 2^b * sum(xq))               (stored q - 16 / q - 32 made unsigned by + 2^b)
 //   Q4_K          t = (d * sc) * S + (-(dmin * m)) * sum(xq)
+//   Q4_1          t = d * S + m * sum(xq)
 //   y[m, n] = y[m, n] + dx[m, block(g)] * t                  (then + bias)
 // (products and sums each rounded once to fp32, no fused multiply-add, so PyTorch's fp32 operations reproduce
 // every bit: `quant.matmul_q8_reference`.)
 // Integer sums are exact, and every float operation of a row is one fixed sequence whatever the number of rows,
 // the tile a row sits in or the thread that runs it: so a row's output depends on that row alone, on any machine.
 // The weights are `quant.py`'s packed panels (16 outputs; 4 bytes or 8 nibbles of k per output per 32-bit word),
-// the same bytes `qlinear` reads. Q4_K's activations are stored per 8 k as (0 2 4 6)(1 3 5 7), matching the low and
+// the same bytes `qlinear` reads. Q4_K's and Q4_1's activations are stored per 8 k as (0 2 4 6)(1 3 5 7), matching the low and
 // high nibbles of a word.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -29,7 +30,7 @@ namespace {
 template <int KIND>
 struct Traits {
   static constexpr int64_t G = KIND == Q6_K ? 16 : 32;                      // k per scale group
-  static constexpr int64_t U = KIND == Q4_K ? 8 : 4;                        // k per 32-bit word
+  static constexpr int64_t U = nibbles(KIND) ? 8 : 4;                        // k per 32-bit word
   // words summed in int16 before widening: the bound 2 * max|w| * 127 per maddubs, times F, stays below 2^15
   static constexpr int F = KIND == Q8_0 ? 1 : KIND == Q6_K ? 2 : 4;
   static constexpr int SHIFT = KIND == Q5_0 ? 4 : KIND == Q6_K ? 5 : 0;     // stored q + 2^SHIFT >= 0
@@ -64,7 +65,7 @@ void tile(const QWeight& w, int64_t p, const int8_t* xq, const float* dx, const 
         _mm_prefetch(reinterpret_cast<const char*>(c + 1024), _MM_HINT_T0);
         const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
         const __m256i r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32));
-        if constexpr (KIND == Q4_K) {
+        if constexpr (nibbles(KIND)) {
           const __m256i l0 = _mm256_and_si256(r0, nib), l1 = _mm256_and_si256(r1, nib);
           const __m256i u0 = _mm256_and_si256(_mm256_srli_epi16(r0, 4), nib);
           const __m256i u1 = _mm256_and_si256(_mm256_srli_epi16(r1, 4), nib);
@@ -99,7 +100,7 @@ void tile(const QWeight& w, int64_t p, const int8_t* xq, const float* dx, const 
       const int32_t b = bs[m * ng + g / T::G];
       for (int j = 0; j < 2; ++j) {
         __m256 t;
-        if constexpr (KIND == Q4_K)
+        if constexpr (nibbles(KIND))
           t = _mm256_add_ps(_mm256_mul_ps(s[j], _mm256_cvtepi32_ps(S[m][j])), _mm256_mul_ps(o[j], _mm256_set1_ps(static_cast<float>(b))));
         else if constexpr (KIND == Q8_0)
           t = _mm256_mul_ps(s[j], _mm256_cvtepi32_ps(S[m][j]));
@@ -147,7 +148,7 @@ void q8_impl(const int8_t* xq, const float* dx, const int32_t* bs, int64_t M, co
   });
 }
 
-// x [M, K] fp32 -> xq [M, K] int8 (Q4_K: per 8 k, even k then odd k), dx [M, K/32], bs [M, K/G] (sums of xq)
+// x [M, K] fp32 -> xq [M, K] int8 (Q4_K, Q4_1: per 8 k, even k then odd k), dx [M, K/32], bs [M, K/G] (sums of xq)
 void quantize_rows(const float* x, int64_t M, int64_t K, int kind, int8_t* xq, float* dx, int32_t* bs) {
   const int64_t G = kind == Q6_K ? 16 : 32;
   at::parallel_for(0, M, 1, [&](int64_t b, int64_t e) {
@@ -167,7 +168,7 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int kind, int8_t* xq, f
         }
         int8_t* out = xq + m * K + blk * 32;
         for (int i = 0; i < 32; ++i)
-          out[i] = kind == Q4_K ? q[(i & ~7) + ((i & 7) < 4 ? 2 * (i & 3) : 2 * (i & 3) + 1)] : q[i];
+          out[i] = nibbles(kind) ? q[(i & ~7) + ((i & 7) < 4 ? 2 * (i & 3) : 2 * (i & 3) + 1)] : q[i];
       }
   });
 }
@@ -189,7 +190,8 @@ torch::Tensor q8linear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Te
     case Q8_0: q8_impl<Q8_0>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
     case Q5_0: q8_impl<Q5_0>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
     case Q6_K: q8_impl<Q6_K>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
-    default: q8_impl<Q4_K>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
+    case Q4_K: q8_impl<Q4_K>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
+    default: q8_impl<Q4_1>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
   }
   return a.y;
 }

@@ -1,4 +1,4 @@
-// The row-invariant matrix product over GGUF-quantized weights (Q8_0, Q5_0, Q6_K, Q4_K), dequantized inside the
+// The row-invariant matrix product over GGUF-quantized weights (Q8_0, Q5_0, Q6_K, Q4_K, Q4_1), dequantized inside the
 // kernel, bit for bit as `linear` (cpu.cpp) over their fp32 dequantization.
 //
 // The weights come repacked by verispec/model/quant.py (`pack`) into panels of 16 outputs, like `linear`'s: one k
@@ -8,6 +8,7 @@
 //   Q6_K        w = (d * sc) * q     d fp16 [P, K/256, 16], sc int8 [P, K/16, 16], q int8 [P, K/4, 16, 4] (q - 32)
 //   Q4_K        w = fma(d * sc, q, -(dmin * m))   d, dmin fp16 [P, K/256, 16]; sc, m uint8 [P, K/32, 16];
 //                                                  q nibbles [P, K/8, 16, 4]
+//   Q4_1        w = fma(d, q, m)     d, m fp16 [P, K/32, 16] (m in dmin); q nibbles as Q4_K's
 // q holds, per output, its next 4 (int8) or 8 (nibbles) k in one little-endian 32-bit word, k ascending from the
 // low bits, so 16 outputs' words for a chunk of k are two 32-byte loads, unpacked with shifts and masks.
 // (d * sc, dmin * m and (d * sc) * q of Q4_K are exact in fp32, so the fma rounds once, where numpy's d*q - dm
@@ -34,14 +35,14 @@ inline void unroll(F&& f) {   // f(integral_constant<int, I>) for I .. U-1, each
 // 16 outputs, the current chunk of U k (one 32-bit word per output: r0 outputs 0-7, r1 outputs 8-15), and the
 // weights of the chunk's I-th k from them.
 //   int8 kinds: q = the word's byte I, sign-extended by two shifts; w = s * q
-//   Q4_K: nibble I masked in place, u = q * 2^(4I) (exact in fp32); w = fma(s * 2^-4I, u, o), the same exact
+//   Q4_K, Q4_1: nibble I masked in place, u = q * 2^(4I) (exact in fp32); w = fma(s * 2^-4I, u, o), the same exact
 //   product s * q as fma(s, q, o), so the same single rounding. The last nibble is shifted down instead (the mask
 //   would make it a negative int32).
 template <int KIND>
 struct Panel {
   static constexpr int64_t G = KIND == Q6_K ? 16 : 32;          // k per scale group
-  static constexpr int U = KIND == Q4_K ? 8 : 4;                 // k per chunk (per 32-bit word)
-  static constexpr int NS = KIND == Q4_K ? 8 : 1;                // scale vectors per half panel
+  static constexpr int U = nibbles(KIND) ? 8 : 4;                 // k per chunk (per 32-bit word)
+  static constexpr int NS = nibbles(KIND) ? 8 : 1;                // scale vectors per half panel
   const uint8_t* q;                                              // this panel's [K/U, 16, 4] bytes
   const QWeight& w;
   int64_t p;
@@ -52,7 +53,7 @@ struct Panel {
 
   void scales(int64_t k) {   // k: the first k of a scale group
     group_scales<KIND>(w, p, k, s[0], o);
-    if constexpr (KIND == Q4_K) {
+    if constexpr (nibbles(KIND)) {
       static constexpr float pow16[8] = {0x1p0f, 0x1p-4f, 0x1p-8f, 0x1p-12f, 0x1p-16f, 0x1p-20f, 0x1p-24f, 0x1p-28f};
       for (int i = 1; i < NS; ++i) {                             // s * 2^-4i: exact (no underflow: |s| >= 2^-24)
         const __m256 f = _mm256_set1_ps(pow16[i]);
@@ -70,8 +71,8 @@ struct Panel {
 
   template <int I>
   static inline __m256i field(__m256i r) {
-    if constexpr (KIND == Q4_K && I == 7) return _mm256_srli_epi32(r, 28);
-    else if constexpr (KIND == Q4_K) return _mm256_and_si256(r, _mm256_set1_epi32(15 << (4 * I)));
+    if constexpr (nibbles(KIND) && I == 7) return _mm256_srli_epi32(r, 28);
+    else if constexpr (nibbles(KIND)) return _mm256_and_si256(r, _mm256_set1_epi32(15 << (4 * I)));
     else if constexpr (I == 3) return _mm256_srai_epi32(r, 24);
     else return _mm256_srai_epi32(_mm256_slli_epi32(r, 24 - 8 * I), 24);
   }
@@ -79,7 +80,7 @@ struct Panel {
   template <int I>
   inline void weights(__m256& w0, __m256& w1) const {   // the 16 outputs' fp32 weights at the chunk's k + I
     const __m256 q0 = _mm256_cvtepi32_ps(field<I>(r0)), q1 = _mm256_cvtepi32_ps(field<I>(r1));
-    if constexpr (KIND == Q4_K) {
+    if constexpr (nibbles(KIND)) {
       constexpr int S = I == 7 ? 0 : I;                         // the shifted-down last nibble takes s itself
       w0 = _mm256_fmadd_ps(s[S][0], q0, o[0]), w1 = _mm256_fmadd_ps(s[S][1], q1, o[1]);
     } else {
@@ -245,7 +246,7 @@ void qlinear_impl(const float* x, int64_t M, const QWeight& w, int64_t panels, c
 
 }  // namespace
 
-// x [M, K] fp32; kind 0 Q8_0, 1 Q5_0, 2 Q6_K, 3 Q4_K; q, sc, mn, d, dmin as verispec.model.quant.Packed (unused
+// x [M, K] fp32; kind 0 Q8_0, 1 Q5_0, 2 Q6_K, 3 Q4_K, 4 Q4_1; q, sc, mn, d, dmin as verispec.model.quant.Packed (unused
 // ones empty); bias [N] fp32 or None -> y [M, N] fp32
 torch::Tensor qlinear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Tensor sc, torch::Tensor mn,
                       torch::Tensor d, torch::Tensor dmin, int64_t N, c10::optional<torch::Tensor> bias) {
@@ -257,7 +258,8 @@ torch::Tensor qlinear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Ten
     case Q8_0: qlinear_impl<Q8_0>(xd, a.M, a.w, a.P, a.bias, yd, N); break;
     case Q5_0: qlinear_impl<Q5_0>(xd, a.M, a.w, a.P, a.bias, yd, N); break;
     case Q6_K: qlinear_impl<Q6_K>(xd, a.M, a.w, a.P, a.bias, yd, N); break;
-    default: qlinear_impl<Q4_K>(xd, a.M, a.w, a.P, a.bias, yd, N); break;
+    case Q4_K: qlinear_impl<Q4_K>(xd, a.M, a.w, a.P, a.bias, yd, N); break;
+    default: qlinear_impl<Q4_1>(xd, a.M, a.w, a.P, a.bias, yd, N); break;
   }
   return a.y;
 }

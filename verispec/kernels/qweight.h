@@ -5,7 +5,8 @@
 
 namespace {
 
-enum Kind { Q8_0 = 0, Q5_0 = 1, Q6_K = 2, Q4_K = 3 };
+enum Kind { Q8_0 = 0, Q5_0 = 1, Q6_K = 2, Q4_K = 3, Q4_1 = 4 };
+constexpr bool nibbles(int kind) { return kind == Q4_K || kind == Q4_1; }   // 8 k per 32-bit word
 
 struct QWeight {            // a packed weight's arrays (quant.py, Packed); P panels of 16 outputs, K inputs
   const uint8_t *q, *sc, *mn;
@@ -18,13 +19,14 @@ inline __m256 u8_to_f(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi3
 inline __m128i load16(const uint8_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
 
 // The scale group starting at k (32 k; 16 for Q6_K) of panel p: its fp32 scales s for the 16 outputs (two halves
-// of 8: d, or d * sc, exact) and, for Q4_K, its offsets o = -(dmin * m) (exact)
+// of 8: d, or d * sc, exact) and, for Q4_K, its offsets o = -(dmin * m) (exact); for Q4_1, o = m
 template <int KIND>
 inline void group_scales(const QWeight& w, int64_t p, int64_t k, __m256 s[2], __m256 o[2]) {
   const int64_t K = w.K;
-  if (KIND == Q8_0 || KIND == Q5_0) {
-    const at::Half* d = w.d + (p * (K / 32) + k / 32) * 16;
-    s[0] = load8(d), s[1] = load8(d + 8);
+  if (KIND == Q8_0 || KIND == Q5_0 || KIND == Q4_1) {
+    const int64_t i = (p * (K / 32) + k / 32) * 16;
+    s[0] = load8(w.d + i), s[1] = load8(w.d + i + 8);
+    if (KIND == Q4_1) o[0] = load8(w.dmin + i), o[1] = load8(w.dmin + i + 8);
     return;
   }
   constexpr int64_t G = KIND == Q6_K ? 16 : 32;
@@ -57,17 +59,18 @@ struct QArgs {              // a product's checked arguments
   torch::Tensor y;          // [M, N] fp32, to fill
 };
 
-// x [M, K] fp32; kind 0 Q8_0, 1 Q5_0, 2 Q6_K, 3 Q4_K; q, sc, mn, d, dmin as quant.py's Packed (unused ones empty);
+// x [M, K] fp32; kind 0 Q8_0, 1 Q5_0, 2 Q6_K, 3 Q4_K, 4 Q4_1; q, sc, mn, d, dmin as quant.py's Packed (unused ones empty);
 // bias [N] fp32 or None. Every array's dtype and shape is checked; `who` names the caller in the errors.
 inline QArgs quant_args(const char* who, const torch::Tensor& x, int64_t kind, const torch::Tensor& q,
                         const torch::Tensor& sc, const torch::Tensor& mn, const torch::Tensor& d,
                         const torch::Tensor& dmin, int64_t N, const c10::optional<torch::Tensor>& bias) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), who, ": x must be [M, K] fp32");
-  TORCH_CHECK(kind >= 0 && kind <= 3, who, ": unknown kind ", kind);
-  const int64_t M = x.size(0), K = x.size(1), P = (N + 15) / 16, block = kind >= Q6_K ? 256 : 32;
+  TORCH_CHECK(kind >= 0 && kind <= 4, who, ": unknown kind ", kind);
+  const int64_t M = x.size(0), K = x.size(1), P = (N + 15) / 16, block = kind == Q6_K || kind == Q4_K ? 256 : 32;
   TORCH_CHECK(N > 0 && K % block == 0, who, ": K = ", K, " must be a multiple of ", block);
-  check_packed(who, q, kind == Q4_K ? at::kByte : at::kChar, {P, K / (kind == Q4_K ? 8 : 4), 16, 4}, "q");
+  check_packed(who, q, nibbles(kind) ? at::kByte : at::kChar, {P, K / (nibbles(kind) ? 8 : 4), 16, 4}, "q");
   check_packed(who, d, at::kHalf, {P, K / block, 16}, "d");
+  if (kind == Q4_1) check_packed(who, dmin, at::kHalf, {P, K / 32, 16}, "dmin");
   if (kind == Q6_K) check_packed(who, sc, at::kChar, {P, K / 16, 16}, "sc");
   if (kind == Q4_K) {
     check_packed(who, sc, at::kByte, {P, K / 32, 16}, "sc");

@@ -235,7 +235,8 @@ def quantized_weights(path: Path, cfg) -> tuple[dict, dict]:
 
     Returns (hf, packed): hf maps Hugging Face names to fp32 tensors (embeddings, norms, biases, and matrices stored
     unquantized) and, for each quantized matrix, to a meta tensor of its shape; packed maps those names to
-    `quant.Packed` (the kernel's layout of the file's own blocks). The fp32 embedding is the file's dequantization.
+    `quant.Packed` (the kernel's layout of the file's own blocks). The fp32 embedding is the file's dequantization;
+    with tied embeddings its blocks are also packed, as "lm_head.weight", for the output head to read.
     """
     import torch
 
@@ -245,13 +246,15 @@ def quantized_weights(path: Path, cfg) -> tuple[dict, dict]:
     hf, packed = {}, {}
     for t in reader.tensors:
         name, kind = hf_name(t.name), t.tensor_type.name
-        if len(t.shape) == 2 and kind in quant.TYPES and name != "model.embed_tokens.weight":
+        embedding = name == "model.embed_tokens.weight"
+        if len(t.shape) == 2 and kind in quant.TYPES and (not embedding or (cfg.tie_embeddings and not cfg.head_tokens)):
             n, k = int(t.shape[1]), int(t.shape[0])
             raw = np.asarray(t.data).reshape(n, -1)                                 # [N, bytes per row]
             raw = _checkpoint_rows(raw, t.name, arch, cfg.num_heads, cfg.num_kv_heads)   # whole rows move
-            packed[name] = quant.pack(raw, kind, n, k)
-            hf[name] = torch.empty(n, k, device="meta")
-        else:
+            packed["lm_head.weight" if embedding else name] = quant.pack(raw, kind, n, k)   # tied: the head's
+            if not embedding:
+                hf[name] = torch.empty(n, k, device="meta")
+        if name not in hf:          # the embedding (looked up in fp32), and what is not a quantized matrix
             hf[name] = torch.from_numpy(_dequantized(t, arch, cfg.num_heads, cfg.num_kv_heads, narrow))
         if name == "lm_head.weight" and cfg.head_tokens:
             hf["lm_head.token_ids"] = torch.from_numpy(head_rows(t.data, narrow[0]).astype(np.int64))

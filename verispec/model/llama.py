@@ -128,9 +128,12 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x, rope, rows, layer):
-        if rows is not None and rows.kernels and ops.fused(x) and self.attn.wqkv.quant is None \
-                and isinstance(self.attn_norm, RMSNorm):                  # one kernel call (not EAGLE-1's layout)
-            return ops.layer(self, x, rope, rows, layer)
+        if rows is not None and rows.kernels and ops.fused(x) and isinstance(self.attn_norm, RMSNorm):
+            products = (self.attn.wqkv, self.attn.wo, self.mlp.w13, self.mlp.w2)   # one kernel call (not EAGLE-1's
+            if all(p.quant is None for p in products):                              # layout, nor a mixed layer)
+                return ops.layer(self, x, rope, rows, layer)
+            if all(p.quant is not None and p.int8 == products[0].int8 for p in products):
+                return ops.qlayer(self, x, rope, rows, layer)
         x = x + self.attn(self.attn_norm(x), rope, rows, layer)
         return x + self.mlp(self.mlp_norm(x))
 

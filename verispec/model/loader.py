@@ -10,7 +10,7 @@ import torch
 
 from ..errors import VerispecError
 from ..files import atomic_file
-from . import catalog
+from . import catalog, quant
 from .llama import Llama, LlamaConfig
 from .gguf import quantized_weights
 from .tokenizer import Tokenizer
@@ -138,13 +138,13 @@ def quantize(model: Llama, packed: dict, int8: bool = False) -> None:
         parts[layer.attn.wo] = [p + "self_attn.o_proj.weight"]
         parts[layer.mlp.w13] = [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]
         parts[layer.mlp.w2] = [p + "mlp.down_proj.weight"]
-    if not model.cfg.tie_embeddings:
+    if not model.cfg.tie_embeddings or "lm_head.weight" in packed:    # tied: the head reads the packed embedding
         parts[model.lm_head] = ["lm_head.weight"]
     for linear, names in parts.items():
         if any(n in packed for n in names):
             if not all(n in packed for n in names):
                 raise VerispecError(f"{names[0]}: a fused matrix is only partly quantized in this file")
-            linear.quant, linear.int8 = [packed.pop(n) for n in names], int8
+            linear.quant, linear.int8 = quant.merge([packed.pop(n) for n in names]), int8
     if packed:
         raise VerispecError(f"quantized tensors with no place in the model: {', '.join(sorted(packed))}")
 
@@ -171,8 +171,11 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
          device: str | torch.device = "cpu", need_tokenizer: bool = True,
-         target_embedding: torch.Tensor | None = None) -> tuple[Llama, Tokenizer | None, Path]:
+         target_embedding: torch.Tensor | None = None, unquantized: str = "fp32") -> tuple[Llama, Tokenizer | None, Path]:
     """Load a model and its tokenizer. spec: None (default model), a model folder or a .gguf file.
+
+    unquantized: the dtype a model with no GGUF file behind it takes when `dtype` is a quantized one (fp32: the
+    very model --dtype gguf means; a draft may take bf16, cheaper to read, with no effect on exactness).
 
     need_tokenizer: False lets a draft folder without a tokenizer load (its vocabulary size is still checked).
     target_embedding: for a draft that borrows its target's input embedding ([vocab, D] of the target).
@@ -206,7 +209,7 @@ def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
     if dtype in QUANTIZED and torch.device(device).type != "cpu":
         raise VerispecError(f"--dtype {dtype} runs on the CPU only; use fp32 or bf16 on other devices")
     if not quantized:                        # quantized matrices stay where they are: the CPU, as stored
-        model = model.to(device=device, dtype=DTYPES[dtype])
+        model = model.to(device=device, dtype=DTYPES[unquantized if dtype in QUANTIZED else dtype])
     model = model.eval().requires_grad_(False)
     eos = hf_cfg.get("eos_token_id", [])
     has_tokenizer = (folder / "tokenizer.json").exists()

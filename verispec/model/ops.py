@@ -119,9 +119,12 @@ class Linear(nn.Linear):
         (as `_linear` on the fp32 dequantized weight: the same bits), or with int8 its integer product."""
         from . import quant
         rows = x.reshape(-1, x.shape[-1])                                              # [M, K]
-        biases = [None] * len(self.quant) if self.bias is None else self.bias.split([p.n for p in self.quant])
         mm = quant.matmul_q8 if self.int8 else quant.matmul
-        y = _rows(lambda r: torch.cat([mm(r, p, b) for p, b in zip(self.quant, biases)], -1), rows)
+        if len(self.quant) == 1:                                                        # the usual case: one call
+            y = _rows(lambda r: mm(r, self.quant[0], self.bias), rows)
+        else:
+            biases = [None] * len(self.quant) if self.bias is None else self.bias.split([p.n for p in self.quant])
+            y = _rows(lambda r: torch.cat([mm(r, p, b) for p, b in zip(self.quant, biases)], -1), rows)
         y = y.view(*x.shape[:-1], self.out_features)                                   # fp32
         return y if fp32 else y.to(x.dtype)
 
@@ -247,6 +250,28 @@ def layer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
     cos, sin = (r.reshape(b * t, -1) for r in rope)
     y = kernels.load().layer(x.reshape(b * t, d), params, widths, cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx,
                              rows.extra, rows.n_extra, a.h, block.attn_norm.eps, a.d ** -0.5, CHUNK)
+    return y.view(b, t, d)
+
+
+def qlayer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
+    """`layer` for a block whose four products are GGUF-quantized (`Linear.quant`, --dtype gguf / gguf-q8): the
+    op-by-op path's kernel calls in one call (`kernels/qlayer.cpp`), so the same bits."""
+    from .quant import TYPES
+    a, m = block.attn, block.mlp
+    products = (a.wqkv, a.wo, m.w13, m.w2)
+    key = tuple(id(lin.quant) for lin in products) + (a.wqkv.int8,)
+    if getattr(block, "_qlayer", (None,))[0] != key:      # the packed parts' argument lists, built once
+        parts = [p for lin in products for p in lin.quant]
+        bqkv = torch.empty(0) if a.wqkv.bias is None else a.wqkv.bias.detach().float().contiguous()
+        block._qlayer = (key, (bqkv, [t for p in parts for t in (p.q, p.sc, p.mn, p.d, p.dmin)],
+                               [len(lin.quant) for lin in products], [TYPES[p.kind][2] for p in parts],
+                               [p.n for p in parts], a.wqkv.int8))
+    ks, vs = rows.caches(index)
+    b, t, d = x.shape
+    cos, sin = (r.reshape(b * t, -1) for r in rope)
+    y = kernels.load().qlayer(x.reshape(b * t, d), [block.attn_norm.weight32(), block.mlp_norm.weight32()],
+                              *block._qlayer[1], cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx, rows.extra,
+                              rows.n_extra, a.h, block.attn_norm.eps, a.d ** -0.5, CHUNK)
     return y.view(b, t, d)
 
 

@@ -8,12 +8,13 @@ weight gguf-py's `gguf.quants.dequantize` makes is one exact fp32 formula of sma
     Q6_K  w = (d * sc) * (q - 32)         d fp16 per 256 k, sc int8 per 16 k, q 6-bit (d * sc is exact; one rounding)
     Q4_K  w = (d * sc) * q - dmin * m     d, dmin fp16 per 256 k; sc, m 6-bit per 32 k; q 4-bit
                                           (d * sc, its product with q and dmin * m are exact: one rounding, the -)
+    Q4_1  w = d * q + m                   d, m fp16 per 32 k; q 4-bit (d * q exact: one rounding, the +)
 
 `pack` repacks the raw blocks at load time into the kernel's layout, panels of 16 outputs like `ops._panels`, so
 the kernel (`quant.cpp`: `qlinear`) rebuilds 16 outputs' exact fp32 weights for one k from a few bytes and runs
 the very FMA chains of the fp32 `linear` kernel on them. Hence `matmul(x, pack(raw))` equals
 `linear(x, panels(dequantize(raw)))` bit for bit, for any number of rows. Bytes read per weight: Q4_K 4.6 bits,
-Q6_K 8.6, Q5_0 and Q8_0 8.5 (bf16: 16).
+Q4_1 5, Q6_K 8.6, Q5_0 and Q8_0 8.5 (bf16: 16).
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from ..errors import VerispecError
 
 QK_K = 256
 # type -> (weights per block, bytes per block, kernel type code)
-TYPES = {"Q8_0": (32, 34, 0), "Q5_0": (32, 22, 1), "Q6_K": (256, 210, 2), "Q4_K": (256, 144, 3)}
+TYPES = {"Q8_0": (32, 34, 0), "Q5_0": (32, 22, 1), "Q6_K": (256, 210, 2), "Q4_K": (256, 144, 3), "Q4_1": (32, 20, 4)}
+NIBBLES = ("Q4_K", "Q4_1")      # 4-bit kinds: 8 k per 32-bit word
 _EMPTY = torch.empty(0, dtype=torch.uint8)
 
 
@@ -35,13 +37,13 @@ _EMPTY = torch.empty(0, dtype=torch.uint8)
 class Packed:
     """One quantized weight [N, K] in the kernel's layout (P = ceil(N / 16) panels of 16 outputs; padding is 0).
 
-    q     Q4_K: uint8 [P, K/8, 16, 4]: per 8 k and output, one little-endian 32-bit word of 8 nibbles, k ascending
+    q     Q4_K, Q4_1: uint8 [P, K/8, 16, 4]: per 8 k and output, one little-endian 32-bit word of 8 nibbles, k ascending
           from bit 0; others int8 [P, K/4, 16, 4]: per 4 k and output, 4 bytes, k ascending (q - 16, q - 32 or q:
           the signed integer the formula multiplies). So the kernel unpacks with shifts and masks, no shuffles.
     sc    Q4_K uint8 [P, K/32, 16]; Q6_K int8 [P, K/16, 16]; else empty
     mn    Q4_K uint8 [P, K/32, 16] (the mins m); else empty
-    d     fp16 [P, K/256, 16] (K quants) or [P, K/32, 16] (Q8_0, Q5_0)
-    dmin  Q4_K fp16 [P, K/256, 16]; else empty
+    d     fp16 [P, K/256, 16] (K quants) or [P, K/32, 16] (Q8_0, Q5_0, Q4_1)
+    dmin  Q4_K fp16 [P, K/256, 16]; Q4_1 fp16 [P, K/32, 16] (its offsets m); else empty
     """
     kind: str
     n: int
@@ -63,8 +65,11 @@ def _f16(b: np.ndarray) -> np.ndarray:
 
 def _unpack(blocks: np.ndarray, kind: str) -> dict[str, np.ndarray]:
     """blocks [B, bytes per block] uint8 -> per-block fields, following gguf-py's dequantize_blocks.
-    q [B, block] int8 (or uint8 for Q4_K), scales [B, groups], d / dmin [B]."""
+    q [B, block] int8 (or uint8 for Q4_K, Q4_1), scales [B, groups], d / dmin [B]."""
     B = blocks.shape[0]
+    if kind == "Q4_1":      # d, m, 16 bytes: k 0-15 in the low nibbles, 16-31 in the high ones
+        qs = blocks[:, 4:20]
+        return {"q": np.concatenate([qs & 0x0F, qs >> 4], axis=1), "d": _f16(blocks[:, :2]), "dmin": _f16(blocks[:, 2:4])}
     if kind == "Q8_0":
         return {"q": blocks[:, 2:].view(np.int8), "d": _f16(blocks[:, :2])}
     if kind == "Q5_0":
@@ -118,11 +123,28 @@ def pack(raw: np.ndarray | torch.Tensor, kind: str, n: int, k: int, rows_per_chu
                   cat.get("dmin", _EMPTY))
 
 
+def merge(parts: list[Packed]) -> list[Packed]:
+    """Weights stacked along the outputs (q, k and v; gate and up) -> as few Packed as give the same product: runs
+    of one kind are joined panel by panel (every part but a run's last a whole number of panels, so the padding
+    stays at the end). Each output's arithmetic is its panel's alone, so the bits are unchanged: one kernel call
+    instead of several."""
+    out = [parts[0]]
+    for p in parts[1:]:
+        last = out[-1]
+        if p.kind != last.kind or p.k != last.k or last.n % 16:
+            out.append(p)
+            continue
+        cat = lambda a, b: torch.cat([a, b]) if a.numel() else a
+        out[-1] = Packed(p.kind, last.n + p.n, p.k, cat(last.q, p.q), cat(last.sc, p.sc), cat(last.mn, p.mn),
+                         cat(last.d, p.d), cat(last.dmin, p.dmin))
+    return out
+
+
 def _words(q: torch.Tensor, kind: str) -> torch.Tensor:
     """q [P, K, 16] -> the kernel's [P, K/U, 16, 4]: each output's next U k in one 32-bit word (U = 8 nibbles or
     4 bytes)."""
     P, K, _ = q.shape
-    if kind != "Q4_K":
+    if kind not in NIBBLES:
         return q.view(P, K // 4, 4, 16).transpose(2, 3).contiguous()
     q = q.view(P, K // 8, 8, 16)
     return (q[:, :, 0::2] | (q[:, :, 1::2] << 4)).transpose(2, 3).contiguous()         # byte i: k 2i | 2i+1 << 4
@@ -131,7 +153,7 @@ def _words(q: torch.Tensor, kind: str) -> torch.Tensor:
 def _unwords(q: torch.Tensor, kind: str) -> torch.Tensor:
     """The kernel's q layout -> [P, K, 16] integers (the inverse of `_words`)."""
     P, C = q.shape[:2]
-    if kind != "Q4_K":
+    if kind not in NIBBLES:
         return q.transpose(2, 3).reshape(P, C * 4, 16)
     q = torch.stack([q & 0x0F, q >> 4], dim=-1).view(P, C, 16, 8)                       # [P, K/8, 16, 8]
     return q.transpose(2, 3).reshape(P, C * 8, 16)
@@ -152,6 +174,8 @@ def dequantize(p: Packed) -> torch.Tensor:
     elif p.kind == "Q6_K":
         ds = _per_k(p.d.float(), p.k // 16) * p.sc.float()                                   # [P, K/16, 16], exact
         w = _per_k(ds, p.k) * q
+    elif p.kind == "Q4_1":
+        w = _per_k(p.d.float(), p.k) * q + _per_k(p.dmin.float(), p.k)
     else:
         w = _per_k(p.d.float(), p.k) * q
     return w.transpose(1, 2).reshape(-1, p.k)[:p.n].contiguous()                               # [N, K]
@@ -189,6 +213,8 @@ def matmul_q8_reference(x: torch.Tensor, p: Packed, bias: torch.Tensor | None = 
         o = -(_per_k(p.dmin.float(), p.k // 32) * p.mn.float())
     elif p.kind == "Q6_K":
         s, o = _per_k(p.d.float(), p.k // 16) * p.sc.float(), None                            # [P, K/16, 16]
+    elif p.kind == "Q4_1":
+        s, o = p.d.float(), p.dmin.float()                                                    # [P, K/32, 16]
     else:
         s, o = p.d.float(), None                                                              # [P, K/32, 16]
     q = q.transpose(1, 2).reshape(-1, p.k)[:, None]                                          # [N', 1, K]
