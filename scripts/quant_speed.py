@@ -1,10 +1,12 @@
-"""Speed of the quantized product (`qlinear`) against `linear` over bf16 and fp32 panels of the same weights.
+"""Speed of the quantized products (`qlinear`, and `q8linear` of --dtype gguf-q8) against `linear` over bf16 and
+fp32 panels of the same weights.
 
     python scripts/quant_speed.py MODEL.gguf [--threads 2] [--rows 1,2,4,8,16,32,128]
 
-Takes layer 0's ffn_gate, ffn_up, ffn_down, attn_q and the output matrix from a GGUF file; prints, per weight and
-row count, the median time of each product and its weight bytes read per second (effective GB/s), and checks
-that qlinear's output equals fp32 linear's bit for bit.
+Takes layer 0's ffn_gate, ffn_up, ffn_down, attn_q and the output matrix (a tied model's: the embedding) from a
+GGUF file; prints, per weight and row count, the median time of each product and its weight bytes read per second
+(effective GB/s), q8linear's multiply-adds per second, and checks that qlinear's output equals fp32 linear's bit
+for bit.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from verispec.model import ops, quant
 
 NAMES = ["blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight", "blk.0.attn_q.weight",
          "output.weight"]
+HEAD_TIED = "token_embd.weight"                     # the output head of a model with tied embeddings
 
 
 def median_ms(fn, budget_s: float = 0.4, min_reps: int = 5) -> float:
@@ -45,10 +48,10 @@ def main():
     assert lib is not None, kernels.status()
     tensors = {t.name: t for t in gguf.GGUFReader(args.gguf).tensors}
     print(f"threads {args.threads}; ms (GB/s of weight bytes); qlinear bitwise = fp32 linear checked per row count")
-    print("| weight | type | N x K | M | qlinear | bf16 linear | fp32 linear | bf16 / q |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| weight | type | N x K | M | qlinear | q8linear (GMAC/s) | bf16 linear | fp32 linear | bf16 / q |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in NAMES:
-        t = tensors[name]
+        t = tensors.get(name) or tensors[HEAD_TIED if name == "output.weight" else name]
         kind, k, n = t.tensor_type.name, int(t.shape[0]), int(t.shape[1])
         p = quant.pack(np.asarray(t.data), kind, n, k)
         w = quant.dequantize(p)                                                # [N, K] fp32
@@ -59,11 +62,13 @@ def main():
             x = torch.randn(m, k)
             yq = lib.qlinear(x, quant.TYPES[kind][2], p.q, p.sc, p.mn, p.d, p.dmin, n, None)
             assert torch.equal(yq.view(torch.int32), lib.linear(x, p32, n, None).view(torch.int32)), (name, m)
+            q8 = median_ms(lambda: lib.q8linear(x, quant.TYPES[kind][2], p.q, p.sc, p.mn, p.d, p.dmin, n, None))
             ms = {"q": median_ms(lambda: lib.qlinear(x, quant.TYPES[kind][2], p.q, p.sc, p.mn, p.d, p.dmin, n, None)),
                   "bf16": median_ms(lambda: lib.linear(x, p16, n, None)),
                   "fp32": median_ms(lambda: lib.linear(x, p32, n, None))}
             cell = {key: f"{v:.2f} ({gb[key] / v * 1e3:.1f})" for key, v in ms.items()}
-            print(f"| {name.replace('.weight', '')} | {kind} | {n} x {k} | {m} | {cell['q']} | {cell['bf16']} | "
+            print(f"| {t.name.replace('.weight', '')} | {kind} | {n} x {k} | {m} | {cell['q']} | "
+                  f"{q8:.2f} ({m * n * k / q8 / 1e6:.0f}) | {cell['bf16']} | "
                   f"{cell['fp32']} | {ms['bf16'] / ms['q']:.2f}x |", flush=True)
 
 
