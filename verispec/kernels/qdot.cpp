@@ -15,8 +15,8 @@
 // Integer sums are exact, and every float operation of a row is one fixed sequence whatever the number of rows,
 // the tile a row sits in or the thread that runs it: so a row's output depends on that row alone, on any machine.
 // The weights are `quant.py`'s packed panels (16 outputs; 4 bytes or 8 nibbles of k per output per 32-bit word),
-// the same bytes `qlinear` reads. Q4_K's and Q4_1's activations are stored per 8 k as (0 2 4 6)(1 3 5 7), matching the low and
-// high nibbles of a word.
+// the same bytes `qlinear` reads. Q4_K's and Q4_1's activations are stored per 8 k as (0 2 4 6)(1 3 5 7),
+// matching the low and high nibbles of a word.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>

@@ -45,8 +45,8 @@ struct Parts {              // the layer's four products, each a few packed part
 
 // x [R, D] fp32; norms: attn_norm and mlp_norm fp32 weights; bqkv: wqkv's fp32 bias (empty: none); w, count,
 // kind, n: the packed parts (`Parts`); int8: q8linear, else qlinear; the rest as `layer` (cpu.cpp). -> [R, D] fp32
-torch::Tensor qlayer(torch::Tensor x, std::vector<torch::Tensor> norms, torch::Tensor bqkv, std::vector<torch::Tensor> w,
-                     std::vector<int64_t> count, std::vector<int64_t> kind, std::vector<int64_t> n, bool int8,
+torch::Tensor qlayer(torch::Tensor x, std::vector<torch::Tensor> norms, torch::Tensor bqkv,
+                     std::vector<torch::Tensor> w, std::vector<int64_t> count, std::vector<int64_t> kind, std::vector<int64_t> n, bool int8,
                      torch::Tensor cos, torch::Tensor sin, std::vector<torch::Tensor> ks, std::vector<torch::Tensor> vs,
                      torch::Tensor seq, torch::Tensor slot, torch::Tensor ctx, torch::Tensor extra,
                      torch::Tensor n_extra, int64_t H, double eps, double scale, int64_t chunk) {

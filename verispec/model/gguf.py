@@ -247,7 +247,8 @@ def quantized_weights(path: Path, cfg) -> tuple[dict, dict]:
     for t in reader.tensors:
         name, kind = hf_name(t.name), t.tensor_type.name
         embedding = name == "model.embed_tokens.weight"
-        if len(t.shape) == 2 and kind in quant.TYPES and (not embedding or (cfg.tie_embeddings and not cfg.head_tokens)):
+        tied_head = embedding and cfg.tie_embeddings and not cfg.head_tokens
+        if len(t.shape) == 2 and kind in quant.TYPES and (not embedding or tied_head):
             n, k = int(t.shape[1]), int(t.shape[0])
             raw = np.asarray(t.data).reshape(n, -1)                                 # [N, bytes per row]
             raw = _checkpoint_rows(raw, t.name, arch, cfg.num_heads, cfg.num_kv_heads)   # whole rows move

@@ -171,7 +171,8 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
          device: str | torch.device = "cpu", need_tokenizer: bool = True,
-         target_embedding: torch.Tensor | None = None, unquantized: str = "fp32") -> tuple[Llama, Tokenizer | None, Path]:
+         target_embedding: torch.Tensor | None = None,
+         unquantized: str = "fp32") -> tuple[Llama, Tokenizer | None, Path]:
     """Load a model and its tokenizer. spec: None (default model), a model folder or a .gguf file.
 
     unquantized: the dtype a model with no GGUF file behind it takes when `dtype` is a quantized one (fp32: the

@@ -69,7 +69,8 @@ def _unpack(blocks: np.ndarray, kind: str) -> dict[str, np.ndarray]:
     B = blocks.shape[0]
     if kind == "Q4_1":      # d, m, 16 bytes: k 0-15 in the low nibbles, 16-31 in the high ones
         qs = blocks[:, 4:20]
-        return {"q": np.concatenate([qs & 0x0F, qs >> 4], axis=1), "d": _f16(blocks[:, :2]), "dmin": _f16(blocks[:, 2:4])}
+        return {"q": np.concatenate([qs & 0x0F, qs >> 4], axis=1), "d": _f16(blocks[:, :2]),
+                "dmin": _f16(blocks[:, 2:4])}
     if kind == "Q8_0":
         return {"q": blocks[:, 2:].view(np.int8), "d": _f16(blocks[:, :2])}
     if kind == "Q5_0":
