@@ -128,7 +128,8 @@ def heads_dtype(target: Target) -> torch.dtype:
 
 
 def load_draft(target: Target, draft: str | None = None) -> Llama:
-    """The draft model at `draft` (default: the shipped one), in the target's dtype and device."""
+    """The draft model at `draft` (default: the shipped one), in the target's dtype and device (a draft with no
+    GGUF file behind it takes UNQUANTIZED_DRAFT beside a quantized target)."""
     model, tok, _ = loader.load(draft or default_draft(target), target.dtype, target.model.device,
                                 need_tokenizer=False, target_embedding=target.model.embed.weight,
                                 unquantized=UNQUANTIZED_DRAFT)

@@ -165,20 +165,25 @@ def _per_k(t: torch.Tensor, k: int) -> torch.Tensor:
     return t.repeat_interleave(k // t.shape[1], dim=1)
 
 
-def dequantize(p: Packed) -> torch.Tensor:
-    """The fp32 weight [N, K], equal bit for bit to gguf-py's dequantize of the raw blocks (no kernels needed)."""
-    q = _unwords(p.q, p.kind).float()                                                           # [P, K, 16]
+def _scales(p: Packed) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Each scale group's fp32 scale s and offset o [P, K/G, 16] (G = 32 k; Q6_K 16), exact, so w = s * q (+ o):
+    Q4_K s = d * sc, o = -(dmin * m); Q6_K s = d * sc; Q4_1 s = d, o = m; Q8_0, Q5_0 s = d (o None). The kernels'
+    twin is `group_scales` (kernels/qweight.h)."""
     if p.kind == "Q4_K":
-        ds = _per_k(p.d.float(), p.k // 32) * p.sc.float()                                  # [P, K/32, 16], exact
-        dm = _per_k(p.dmin.float(), p.k // 32) * p.mn.float()                                # exact
-        w = _per_k(ds, p.k) * q - _per_k(dm, p.k)
-    elif p.kind == "Q6_K":
-        ds = _per_k(p.d.float(), p.k // 16) * p.sc.float()                                   # [P, K/16, 16], exact
-        w = _per_k(ds, p.k) * q
-    elif p.kind == "Q4_1":
-        w = _per_k(p.d.float(), p.k) * q + _per_k(p.dmin.float(), p.k)
-    else:
-        w = _per_k(p.d.float(), p.k) * q
+        return _per_k(p.d.float(), p.k // 32) * p.sc.float(), -(_per_k(p.dmin.float(), p.k // 32) * p.mn.float())
+    if p.kind == "Q6_K":
+        return _per_k(p.d.float(), p.k // 16) * p.sc.float(), None
+    return p.d.float(), p.dmin.float() if p.kind == "Q4_1" else None
+
+
+def dequantize(p: Packed) -> torch.Tensor:
+    """The fp32 weight [N, K], equal bit for bit to gguf-py's dequantize of the raw blocks (no kernels needed):
+    s * q rounds once where it is not exact, and + o (Q4_K's - dmin * m) once more, as numpy's formulas do."""
+    q = _unwords(p.q, p.kind).float()                                                           # [P, K, 16]
+    s, o = _scales(p)
+    w = _per_k(s, p.k) * q
+    if o is not None:
+        w = w + _per_k(o, p.k)
     return w.transpose(1, 2).reshape(-1, p.k)[:p.n].contiguous()                               # [N, K]
 
 
@@ -209,15 +214,7 @@ def matmul_q8_reference(x: torch.Tensor, p: Packed, bias: torch.Tensor | None = 
     group = 16 if p.kind == "Q6_K" else 32
     xq, dx, bs = quantize_activations(x.float().contiguous(), group)
     q = _unwords(p.q, p.kind).double()                                                        # [P, K, 16]
-    if p.kind == "Q4_K":
-        s = _per_k(p.d.float(), p.k // 32) * p.sc.float()                                     # [P, K/32, 16]
-        o = -(_per_k(p.dmin.float(), p.k // 32) * p.mn.float())
-    elif p.kind == "Q6_K":
-        s, o = _per_k(p.d.float(), p.k // 16) * p.sc.float(), None                            # [P, K/16, 16]
-    elif p.kind == "Q4_1":
-        s, o = p.d.float(), p.dmin.float()                                                    # [P, K/32, 16]
-    else:
-        s, o = p.d.float(), None                                                              # [P, K/32, 16]
+    s, o = _scales(p)                                                                         # [P, K/G, 16]
     q = q.transpose(1, 2).reshape(-1, p.k)[:, None]                                          # [N', 1, K]
     S = (xq.double()[None] * q).view(q.shape[0], -1, p.k // group, group).sum(-1).float()   # [N', M, K/G] exact
     s = s.transpose(1, 2).reshape(-1, p.k // group)[:, None]                                 # [N', 1, K/G]
