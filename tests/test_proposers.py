@@ -60,6 +60,31 @@ def test_draft_resyncs_its_cache_after_divergence(tiny_dir):
     assert prop.seen == ctx + resumed.tokens[:2]
 
 
+def test_a_reduced_draft_head_drafts_only_its_tokens_and_speculation_stays_exact(tiny_dir):
+    """A draft loaded with head_ids (a tied model's head too) drafts only those tokens, its q is 0 elsewhere, and
+    speculation with it gives plain decoding's greedy tokens; bad id lists are one-line errors."""
+    from verispec.engine import Engine, GenerationConfig
+    from verispec.errors import VerispecError
+    target, _, _ = loader.load(tiny_dir, "fp32")
+    assert target.cfg.tie_embeddings
+    ids = torch.arange(0, target.cfg.vocab_size, 7)
+    draft, _, _ = loader.load(tiny_dir, "fp32", head_ids=ids)
+    assert draft.cfg.head_tokens == len(ids) and not draft.cfg.tie_embeddings
+    assert torch.equal(draft.lm_head.weight, target.embed.weight[ids])
+    prop = DraftModelProposer(draft)
+    prop.prepare(64)
+    for temperature in (0.0, 1.0):
+        out = prop.propose([5, 6, 7, 8], 4, SamplingConfig(temperature), torch.Generator().manual_seed(0))
+        assert all(t % 7 == 0 for t in out.tokens) and out.q.shape == (4, target.cfg.vocab_size)
+        assert float(out.q[:, ids].sum(-1).min()) > 0.999 and float(out.q.sum(-1).max()) < 1.001
+    cfg = GenerationConfig(max_new_tokens=12, k=3)
+    plain = Engine(target).generate([5, 6, 7, 8], cfg).token_ids
+    assert Engine(target, DraftModelProposer(draft)).generate([5, 6, 7, 8], cfg).token_ids == plain
+    for bad in (ids.flip(0), torch.tensor([0, 0, 1]), torch.tensor([target.cfg.vocab_size])):
+        with pytest.raises(VerispecError, match="sorted, distinct"):
+            loader.load(tiny_dir, "fp32", head_ids=bad)
+
+
 def _ranking_after(model, ids: list[int], width: int) -> list[int]:
     """The draft's top-`width` next tokens after `ids`, from a fresh causal pass."""
     with torch.inference_mode():

@@ -178,3 +178,27 @@ def test_methods_under_gguf_q8_give_plain_decodings_tokens(draft_q8):
         out = Engine(draft_q8.model, proposer).generate(ids, cfg)
         assert out.token_ids == plain, proposer.name
     assert out.stats.acceptance_rate == 1.0
+
+
+@pytest.mark.parametrize("dtype", ["gguf", "gguf-q8"])
+def test_a_named_drafts_reduced_head_keeps_its_rows_bit_for_bit(dtype, draft_fp32, draft_q8):
+    """The 0.5B as a draft reads its shipped token list (`api.draft_head`): its output head keeps those rows, each
+    stored block as it was, so their logits are the whole head's, bit for bit; every other token gets -inf."""
+    from verispec.api import draft_head
+    ids = draft_head(DRAFT)
+    assert ids is not None and 1000 < len(ids) < 151936 and {151643, 151645} <= set(ids.tolist())
+    reduced, _, _ = loader.load(DRAFT, dtype, need_tokenizer=False, head_ids=ids)
+    whole = draft_fp32[0] if dtype == "gguf" else draft_q8.model    # gguf is the fp32 model (tested above)
+    assert reduced.cfg.head_tokens == len(ids) and reduced.lm_head.quant is not None
+    prompt = torch.tensor([draft_fp32[1].prompt_ids("Write a function that merges two sorted lists.")])
+    outs = []
+    for model in (whole, reduced):
+        cache = model.new_cache(128)
+        outs.append(model(prompt, torch.arange(prompt.shape[1])[None], cache)[0, -3:])
+    full, wide = whole.logits(outs[0]), reduced.logits(outs[1])
+    assert torch.equal(reduced.logits(outs[1], full=False), full[:, ids])
+    kept = torch.zeros(full.shape[-1], dtype=torch.bool)
+    kept[ids] = True
+    assert torch.equal(wide[:, kept], full[:, kept]) and bool((wide[:, ~kept] == float("-inf")).all())
+    with pytest.raises(VerispecError, match="sorted, distinct"):
+        loader.load(DRAFT, dtype, need_tokenizer=False, head_ids=ids.flip(0))

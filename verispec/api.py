@@ -28,6 +28,7 @@ DEFAULT_MEDUSA = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-medus
 GRAFT_NGRAM = 6    # longest prompt-lookup path grafted onto a tree ("--tree SHAPE+ngram")
 DEFAULT_EAGLE = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-eagle"
 SHIPPED_PROFILES = Path(__file__).parent / "profiles"
+DRAFT_HEADS = Path(__file__).parent / "heads"         # named drafts' reduced output heads (token id lists)
 
 
 def pick_device(device: str | None) -> str:
@@ -127,12 +128,25 @@ def heads_dtype(target: Target) -> torch.dtype:
     return loader.DTYPES[UNQUANTIZED_DRAFT] if target.dtype in loader.QUANTIZED else target.model.dtype
 
 
+def draft_head(draft: str) -> torch.Tensor | None:
+    """The token ids a named draft's reduced output head keeps (`heads/NAME.json`, made by
+    scripts/head_tokens.py), or None: its whole vocabulary. A draft given by path keeps its whole head."""
+    path = DRAFT_HEADS / f"{draft}.json"
+    if catalog.entry(draft) is None or not path.exists():
+        return None
+    import json
+    return torch.tensor(json.loads(path.read_text())["ids"], dtype=torch.long)
+
+
 def load_draft(target: Target, draft: str | None = None) -> Llama:
     """The draft model at `draft` (default: the shipped one), in the target's dtype and device (a draft with no
-    GGUF file behind it takes UNQUANTIZED_DRAFT beside a quantized target)."""
-    model, tok, _ = loader.load(draft or default_draft(target), target.dtype, target.model.device,
+    GGUF file behind it takes UNQUANTIZED_DRAFT beside a quantized target). A named draft with a shipped token
+    list drafts from that reduced vocabulary (`draft_head`): a drafted token is then always one of those, and the
+    verifier's residual covers the rest, so the output is unchanged and only acceptance can move."""
+    spec = draft or default_draft(target)
+    model, tok, _ = loader.load(spec, target.dtype, target.model.device,
                                 need_tokenizer=False, target_embedding=target.model.embed.weight,
-                                unquantized=UNQUANTIZED_DRAFT)
+                                unquantized=UNQUANTIZED_DRAFT, head_ids=draft_head(str(spec).lower()))
     check_same_vocab(target, model, tok)
     return model
 

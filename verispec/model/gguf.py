@@ -230,13 +230,14 @@ def convert_gguf(path: Path, out_dir: Path, weights: bool = True) -> Path:
     return out_dir
 
 
-def quantized_weights(path: Path, cfg) -> tuple[dict, dict]:
+def quantized_weights(path: Path, cfg, head_ids=None) -> tuple[dict, dict]:
     """The GGUF at `path` as the model `cfg` describes it, its quantized matrices left quantized.
 
     Returns (hf, packed): hf maps Hugging Face names to fp32 tensors (embeddings, norms, biases, and matrices stored
     unquantized) and, for each quantized matrix, to a meta tensor of its shape; packed maps those names to
     `quant.Packed` (the kernel's layout of the file's own blocks). The fp32 embedding is the file's dequantization;
     with tied embeddings its blocks are also packed, as "lm_head.weight", for the output head to read.
+    head_ids ([H] int64 token ids, or None): the output head keeps only those rows, their blocks as stored.
     """
     import torch
 
@@ -252,6 +253,8 @@ def quantized_weights(path: Path, cfg) -> tuple[dict, dict]:
             n, k = int(t.shape[1]), int(t.shape[0])
             raw = np.asarray(t.data).reshape(n, -1)                                 # [N, bytes per row]
             raw = _checkpoint_rows(raw, t.name, arch, cfg.num_heads, cfg.num_kv_heads)   # whole rows move
+            if head_ids is not None and (tied_head or name == "lm_head.weight"):    # a reduced head: its rows
+                raw, n = raw[np.asarray(head_ids)], len(head_ids)
             packed["lm_head.weight" if embedding else name] = quant.pack(raw, kind, n, k)   # tied: the head's
             if not embedding:
                 hf[name] = torch.empty(n, k, device="meta")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -149,6 +150,22 @@ def quantize(model: Llama, packed: dict, int8: bool = False) -> None:
         raise VerispecError(f"quantized tensors with no place in the model: {', '.join(sorted(packed))}")
 
 
+def reduce_head(cfg: LlamaConfig, hf: dict, packed: dict, ids: torch.Tensor) -> LlamaConfig:
+    """Keep only the output head's rows `ids` (in `hf`; `quantized_weights` has already cut a packed head); the
+    config of the model that head makes."""
+    if cfg.head_tokens:
+        raise VerispecError("this model's output head is reduced already")
+    if ids.dim() != 1 or not len(ids) or bool((ids[1:] <= ids[:-1]).any()) or int(ids[-1]) >= cfg.vocab_size \
+            or int(ids[0]) < 0:
+        raise VerispecError(f"head token ids must be sorted, distinct and in 0..{cfg.vocab_size - 1}")
+    if "lm_head.weight" in packed:
+        hf["lm_head.weight"] = torch.empty(len(ids), cfg.hidden_size, device="meta")
+    else:
+        hf["lm_head.weight"] = hf["model.embed_tokens.weight" if cfg.tie_embeddings else "lm_head.weight"][ids]
+    hf["lm_head.token_ids"] = ids
+    return replace(cfg, head_tokens=len(ids), tie_embeddings=False)
+
+
 def read_config(folder: Path) -> tuple[LlamaConfig, dict]:
     try:
         hf = json.loads((folder / "config.json").read_text())
@@ -172,7 +189,7 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
 def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
          device: str | torch.device = "cpu", need_tokenizer: bool = True,
          target_embedding: torch.Tensor | None = None,
-         unquantized: str = "fp32") -> tuple[Llama, Tokenizer | None, Path]:
+         unquantized: str = "fp32", head_ids: torch.Tensor | None = None) -> tuple[Llama, Tokenizer | None, Path]:
     """Load a model and its tokenizer. spec: None (default model), a model folder or a .gguf file.
 
     unquantized: the dtype a model with no GGUF file behind it takes when `dtype` is a quantized one (fp32: the
@@ -180,6 +197,8 @@ def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
 
     need_tokenizer: False lets a draft folder without a tokenizer load (its vocabulary size is still checked).
     target_embedding: for a draft that borrows its target's input embedding ([vocab, D] of the target).
+    head_ids: [H] sorted token ids: the output head keeps only their rows (a draft's reduced head: every other
+    token gets probability 0; the input embedding stays whole).
     """
     if dtype not in DTYPES:
         raise VerispecError(f"unknown dtype {dtype!r}: choose from {', '.join(DTYPES)}")
@@ -189,9 +208,11 @@ def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
     try:
         from_gguf = dtype in QUANTIZED and (folder / "source.json").exists()   # else gguf means fp32 here
         if from_gguf:
-            hf, packed = quantized_weights(gguf_source(folder), cfg)
+            hf, packed = quantized_weights(gguf_source(folder), cfg, head_ids)
         if not from_gguf:
             hf = read_weights(folder)
+        if head_ids is not None:
+            cfg = reduce_head(cfg, hf, packed, head_ids)
         if cfg.embed_from_target:
             if target_embedding is None or target_embedding.shape != (cfg.vocab_size, cfg.hidden_size):
                 raise VerispecError(f"{folder} is a draft that borrows its target's embedding; use it as --draft "
