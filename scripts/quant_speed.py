@@ -1,12 +1,12 @@
 """Speed of the quantized products (`qlinear`, and `q8linear` of --dtype gguf-q8) against `linear` over bf16 and
 fp32 panels of the same weights.
 
-    python scripts/quant_speed.py MODEL.gguf [--threads 2] [--rows 1,2,4,8,16,32,128]
+    python scripts/quant_speed.py MODEL.gguf [--threads 2] [--rows 1,2,4,8,16,32,128] [--draft-head NAME]
 
 Takes layer 0's ffn_gate, ffn_up, ffn_down, attn_q and the output matrix (a tied model's: the embedding) from a
 GGUF file; prints, per weight and row count, the median time of each product and its weight bytes read per second
 (effective GB/s), q8linear's multiply-adds per second, and checks that qlinear's output equals fp32 linear's bit
-for bit.
+for bit. --draft-head NAME: also the output matrix cut to the rows a named draft keeps (`api.draft_head`).
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ def main():
     ap.add_argument("gguf")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows", default="1,2,4,8,16,32,128")
+    ap.add_argument("--draft-head", help="a named draft: also time its reduced output head")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     lib = kernels.load()
@@ -50,10 +51,20 @@ def main():
     print(f"threads {args.threads}; ms (GB/s of weight bytes); qlinear bitwise = fp32 linear checked per row count")
     print("| weight | type | N x K | M | qlinear | q8linear (GMAC/s) | bf16 linear | fp32 linear | bf16 / q |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name in NAMES:
+    head = None
+    if args.draft_head:
+        from verispec.api import draft_head
+        head = draft_head(args.draft_head)
+        assert head is not None, f"{args.draft_head} has no reduced head"
+    for name in NAMES + (["output.weight (draft head)"] if head is not None else []):
+        cut = name.endswith("(draft head)")
+        name = name.split(" ")[0]
         t = tensors.get(name) or tensors[HEAD_TIED if name == "output.weight" else name]
         kind, k, n = t.tensor_type.name, int(t.shape[0]), int(t.shape[1])
-        p = quant.pack(np.asarray(t.data), kind, n, k)
+        raw = np.asarray(t.data).reshape(n, -1)                                # [N, bytes per row]
+        if cut:
+            raw, n = raw[head.numpy()], len(head)
+        p = quant.pack(raw, kind, n, k)
         w = quant.dequantize(p)                                                # [N, K] fp32
         p32, p16 = ops._panels(w), ops._panels(w.bfloat16())
         del w

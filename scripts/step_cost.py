@@ -1,10 +1,12 @@
 """Whole-model pass cost: median ms of a pass over 1, 2, 4, 8 and 16 new rows after a short prompt, logits
-included, 2 threads. Usage: python scripts/step_cost.py MODEL DTYPE [prof]   (e.g. qwen2.5-coder-1.5b gguf)."""
+included, 2 threads. Usage: python scripts/step_cost.py MODEL DTYPE [prof] [--as-draft]   (e.g. qwen2.5-coder-1.5b
+gguf). --as-draft: the model as it drafts (a named draft's reduced output head, `api.draft_head`)."""
 import sys, time, torch
+from verispec.api import draft_head
 from verispec.model import loader
 torch.set_num_threads(2)
 name, dtype = sys.argv[1], sys.argv[2]
-m, tok, _ = loader.load(name, dtype)
+m, tok, _ = loader.load(name, dtype, head_ids=draft_head(name) if "--as-draft" in sys.argv else None)
 ids = tok.prompt_ids("Write a Python function that checks whether a number is prime.")
 c = m.new_cache(512)
 m.logits(m(torch.tensor([ids]), torch.arange(len(ids))[None], c)[:, -1:])
@@ -20,8 +22,9 @@ def step(n):
 import statistics
 for n in (1, 2, 4, 8, 16):
     ts = [step(n) for _ in range(5)]
-    print(name, dtype, n, f"{statistics.median(ts)*1000:.1f} ms", flush=True)
-if len(sys.argv) > 3:
+    print(name, dtype, "as draft" if "--as-draft" in sys.argv else "", n, f"{statistics.median(ts)*1000:.1f} ms",
+          flush=True)
+if "prof" in sys.argv[3:]:
     from torch.profiler import profile
     with profile() as p:
         step(1)
