@@ -142,7 +142,7 @@ def test_shipped_medusa_heads_greedy_equal_plain(target_fp32, plain_outputs):
     from verispec.proposers.medusa import MedusaProposer
     from verispec.tree import tree_from_acceptance
     model, tok = target_fp32
-    heads, trees = load_heads(DEFAULT_MEDUSA, model.embed.weight, torch.float32)
+    heads, trees = load_heads(DEFAULT_MEDUSA, model, torch.float32)
     tree = tree_from_acceptance(trees["acceptance"], 16)[0]
     drafted, accepted = check_greedy_equal(model, tok, MedusaProposer(heads, tree), plain_outputs, k=8)
     assert accepted > 0

@@ -58,7 +58,7 @@ def test_medusa_matches_vllm(tmp_path, target_fp32):
     assert t["blocks.3.layers.0.bias"].shape == (d,) and t["blocks.0.layers.0.weight"].dtype == torch.float16
     assert "vllm serve" in (out / "README.md").read_text() and "Held-out" in (out / "README.md").read_text()
 
-    heads, _ = load_heads(MEDUSA, model.embed.weight, torch.float32)
+    heads, _ = load_heads(MEDUSA, model, torch.float32)
     h = model.norm(torch.randn(6, d, generator=torch.Generator().manual_seed(0)) * 3)   # final-normed states
     ours = heads(h)                                                                       # [6, K, H]
     for i in range(k):   # ResidualBlock.forward + compute_logits (token_map scatter, -inf elsewhere)

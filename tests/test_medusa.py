@@ -48,7 +48,7 @@ def setup_heads(target, num_heads=2):
     head_index = torch.full((V,), -1, dtype=torch.long)
     head_index[head_ids] = torch.arange(64)
     torch.manual_seed(0)
-    heads = MedusaHeads(num_heads, 32, head_ids).attach(target.embed.weight)
+    heads = MedusaHeads(num_heads, 32, head_ids).attach(target.output_rows(head_ids))
     return heads, torch.optim.AdamW(heads.blocks.parameters(), lr=3e-2), head_index
 
 
@@ -131,7 +131,7 @@ def test_train_medusa_cli_then_medusa_decoding_equals_plain_greedy(grafted, tmp_
     plain = make_engine("plain", target).generate(prompt, fixed).token_ids
     assert make_engine("medusa", target, str(out), tree="8+ngram").generate(prompt, fixed).token_ids == plain
     assert grafted
-    heads, _ = load_heads(out, target.model.embed.weight, torch.float32)
+    heads, _ = load_heads(out, target.model, torch.float32)
     assert heads.num_heads == 3
     assert main(["generate", "hi", "--model", str(tiny_dir), "--method", "medusa", "--draft", str(out),
                  "--tree", "1,1,1,1", "--dtype", "fp32"]) == 2          # deeper than the 3 heads

@@ -202,3 +202,14 @@ def test_a_named_drafts_reduced_head_keeps_its_rows_bit_for_bit(dtype, draft_fp3
     assert torch.equal(wide[:, kept], full[:, kept]) and bool((wide[:, ~kept] == float("-inf")).all())
     with pytest.raises(VerispecError, match="sorted, distinct"):
         loader.load(DRAFT, dtype, need_tokenizer=False, head_ids=ids.flip(0))
+
+
+def test_heads_project_onto_the_untied_output_head_not_the_input_embedding(draft_fp32, draft_q8):
+    """Qwen2.5-Coder-0.5B stores its output head apart from its embedding: Medusa and EAGLE heads read the head's
+    rows (`Llama.output_rows`), in gguf-q8 the exact dequantization of its stored blocks, bit for bit fp32's."""
+    fp32 = draft_fp32[0]
+    assert not fp32.cfg.tie_embeddings
+    ids = torch.tensor([0, 17, 9000, 151643, 151645])
+    rows = draft_q8.model.output_rows(ids)
+    assert torch.equal(rows, fp32.lm_head.weight[ids]) and torch.equal(fp32.output_rows(ids), rows)
+    assert not torch.equal(rows, fp32.embed.weight[ids])

@@ -169,7 +169,7 @@ def medusa_proposer(target: Target, heads: str | None = None, tree: str | None =
     from .model.medusa import load_heads
     from .proposers.medusa import MedusaProposer
     folder = heads or default_draft(target, DEFAULT_MEDUSA, "medusa")
-    model, trees = load_heads(folder, target.model.embed.weight, heads_dtype(target))
+    model, trees = load_heads(folder, target.model, heads_dtype(target))
     tree, graft = split_graft(tree)
     shape = tree_shape(target, trees["acceptance"], tree, "medusa")
     if shape.depth > model.num_heads:

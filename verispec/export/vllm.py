@@ -3,7 +3,7 @@
 Each layout was read off the engine's loader (`LOADERS`; tests/test_export_vllm.py checks names, shapes, dtypes
 and config keys against them and re-implements their forward passes over the exported tensors):
 - Medusa -> vLLM `medusa`: head i's block as blocks.i.layers.0.{weight, bias} (medusa_fc_bias), the output rows
-  all heads share as lm_heads.0.weight [H, D] (original_lm_head; the target's embedding rows for the head tokens,
+  all heads share as lm_heads.0.weight [H, D] (original_lm_head; the target's output-head rows for the head tokens,
   which vLLM cannot borrow) and
   token_map [H] with truncated_vocab_size = H, which vLLM scatters into the full vocabulary, -inf elsewhere: the
   same function as verispec's heads. (SGLang has no Medusa.)
@@ -47,7 +47,7 @@ def export_vllm(args) -> int:
 
 def export_heads(draft, target, out, force: bool = False, target_path: str = "TARGET") -> str:
     """Write the heads in `draft` (a train-medusa / train-eagle folder) for vLLM (and SGLang) to `out`, atomically.
-    target: the Llama the heads were trained on (its embedding rows are read); target_path: what to serve.
+    target: the Llama the heads were trained on (its output rows are read); target_path: what to serve.
     Returns a one-line summary."""
     draft, out = Path(draft), Path(out)
     try:
@@ -73,9 +73,9 @@ def export_heads(draft, target, out, force: bool = False, target_path: str = "TA
 
 def medusa_files(folder: Path, target, out: Path, target_path: str):
     from ..model.medusa import load_heads
-    heads, _ = load_heads(folder, target.embed.weight, torch.float32)
+    heads, _ = load_heads(folder, target, torch.float32)
     ids = heads.head_ids.cpu().long()                                            # [H]
-    rows = exact_dtype(target.embed.weight.detach().float().cpu()[ids])          # [H, D] the output rows
+    rows = exact_dtype(target.output_rows(ids).detach().float().cpu())           # [H, D] the output rows
     d, k = rows.shape[1], heads.num_heads
     tensors = {"token_map": ids, "lm_heads.0.weight": rows}     # original_lm_head: one output matrix for all heads
     for i, block in enumerate(heads.blocks):                                     # fp16, as the head folder holds
@@ -86,8 +86,8 @@ def medusa_files(folder: Path, target, out: Path, target_path: str):
               "truncated_vocab_size": len(ids), "medusa_fc_bias": True, "original_lm_head": True,
               "torch_dtype": "float16"}
     mapping = [f"- vLLM `medusa` (OUT/): {k} heads, each `blocks.i.layers.0` (h + SiLU(W h + b)), sharing one output "
-               f"matrix (original_lm_head) `lm_heads.0.weight` [{len(ids)}, {d}] = the target's embedding rows for the "
-               f"head's tokens "
+               f"matrix (original_lm_head) `lm_heads.0.weight` [{len(ids)}, {d}] = the target's output-head rows for "
+               f"the head's tokens "
                f"(`token_map`, truncated_vocab_size {len(ids)} of {target.cfg.vocab_size}; every other token gets "
                "-inf, as in verispec). Exact: the same function of the target's final-normed hidden state.",
                "- vLLM's Medusa proposes one chain, each head's top-1 token (verispec also grows trees from them)."]

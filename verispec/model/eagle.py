@@ -62,9 +62,10 @@ class EagleHead(nn.Module):
         self.out: torch.Tensor | None = None                           # [H, D] its rows for head_ids
         self.out_product = None                                        # drafting's x -> x @ out.T, row-invariant
 
-    def attach(self, target_embedding: torch.Tensor) -> "EagleHead":
-        self.embed = target_embedding.detach()
-        self.out = self.embed[self.head_ids.to(self.embed.device)]
+    def attach(self, target_embedding: torch.Tensor, out_rows: torch.Tensor) -> "EagleHead":
+        """Borrow the target's input embedding [V, D] (the drafted tokens' inputs) and its output-head rows for
+        head_ids [H, D] (`Llama.output_rows`; the same rows of the embedding when the target ties them)."""
+        self.embed, self.out = target_embedding.detach(), out_rows.detach()
         return self
 
     def new_cache(self, capacity: int) -> KVCache:
@@ -121,6 +122,7 @@ def load_eagle(folder: str | Path, target, dtype: torch.dtype) -> tuple[EagleHea
         head.load_state_dict(state)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         raise VerispecError(f"cannot load the EAGLE head from {folder}: {e}") from None
-    head = head.to(device=target.device, dtype=dtype).eval().attach(target.embed.weight)
+    head = head.to(device=target.device, dtype=dtype).eval()
+    head.attach(target.embed.weight, target.output_rows(head.head_ids.to(target.device)))
     head.out_product = product(head.out)
     return head, cfg

@@ -234,6 +234,19 @@ class Llama(nn.Module):
             x = block(x, rope, rows, i)
         return self.norm(x)
 
+    def output_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """[H] token ids -> [H, D]: their rows of the output head, what Medusa and EAGLE heads project onto. Tied:
+        the embedding's; untied: the head's own (a quantized head's exact fp32 dequantization)."""
+        if self.cfg.head_tokens:
+            raise ValueError("a reduced output head has rows for its own tokens only")
+        if self.cfg.tie_embeddings:
+            return self.embed.weight[ids]
+        if self.lm_head.quant:
+            from . import quant
+            (part,) = self.lm_head.quant                                  # one stored matrix
+            return quant.embed(part, ids)
+        return self.lm_head.weight[ids]
+
     def logits(self, hidden: torch.Tensor, full: bool = True) -> torch.Tensor:
         """[..., D] hidden states -> [..., vocab] float32 logits.
 

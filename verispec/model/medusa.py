@@ -31,15 +31,16 @@ class MedusaHeads(nn.Module):
             nn.init.zeros_(b.weight)
             nn.init.zeros_(b.bias)
         self.register_buffer("head_ids", head_ids.clone())             # [H] vocabulary id of each output row
-        self.out: torch.Tensor | None = None                           # [H, D] target embedding rows, borrowed
+        self.out: torch.Tensor | None = None                           # [H, D] target output rows, borrowed
 
     @property
     def num_heads(self) -> int:
         return len(self.blocks)
 
-    def attach(self, target_embedding: torch.Tensor) -> "MedusaHeads":
-        """Borrow the target's output embedding rows for the head tokens (not a parameter: never trained)."""
-        self.out = target_embedding.detach()[self.head_ids.to(target_embedding.device)]
+    def attach(self, out_rows: torch.Tensor) -> "MedusaHeads":
+        """Borrow the target's output-head rows for the head tokens ([H, D], `Llama.output_rows(head_ids)`; not a
+        parameter: never trained)."""
+        self.out = out_rows.detach()
         self._out_product = product(self.out)
         return self
 
@@ -62,8 +63,8 @@ class MedusaHeads(nn.Module):
             (tmp / "README.md").write_text(card)
 
 
-def load_heads(folder: str | Path, target_embedding: torch.Tensor, dtype: torch.dtype) -> tuple[MedusaHeads, dict]:
-    """Heads and their trees.json from a folder written by `verispec train-medusa`."""
+def load_heads(folder: str | Path, target, dtype: torch.dtype) -> tuple[MedusaHeads, dict]:
+    """Heads and their trees.json from a folder written by `verispec train-medusa`, attached to `target` (a Llama)."""
     folder = Path(folder)
     try:
         cfg = json.loads((folder / "config.json").read_text())
@@ -74,7 +75,8 @@ def load_heads(folder: str | Path, target_embedding: torch.Tensor, dtype: torch.
         heads.load_state_dict(state)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         raise VerispecError(f"cannot load Medusa heads from {folder}: {e}") from None
-    if heads.blocks[0].in_features != target_embedding.shape[1]:
+    if heads.blocks[0].in_features != target.cfg.hidden_size:
         raise VerispecError(f"Medusa heads in {folder} are {heads.blocks[0].in_features} wide, the target "
-                            f"{target_embedding.shape[1]}: they were trained for another model")
-    return heads.to(device=target_embedding.device, dtype=dtype).attach(target_embedding).eval(), trees
+                            f"{target.cfg.hidden_size}: they were trained for another model")
+    heads = heads.to(device=target.embed.weight.device, dtype=dtype)
+    return heads.attach(target.output_rows(heads.head_ids)).eval(), trees
