@@ -200,8 +200,9 @@ def test_a_named_drafts_reduced_head_keeps_its_rows_bit_for_bit(dtype, draft_fp3
     kept = torch.zeros(full.shape[-1], dtype=torch.bool)
     kept[ids] = True
     assert torch.equal(wide[:, kept], full[:, kept]) and bool((wide[:, ~kept] == float("-inf")).all())
-    with pytest.raises(VerispecError, match="sorted, distinct"):
-        loader.load(DRAFT, dtype, need_tokenizer=False, head_ids=ids.flip(0))
+    for bad in (ids.flip(0), torch.tensor([5, 151936])):
+        with pytest.raises(VerispecError, match="sorted, distinct"):
+            loader.load(DRAFT, dtype, need_tokenizer=False, head_ids=bad)
 
 
 def test_heads_project_onto_the_untied_output_head_not_the_input_embedding(draft_fp32, draft_q8):

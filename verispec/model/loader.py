@@ -150,14 +150,17 @@ def quantize(model: Llama, packed: dict, int8: bool = False) -> None:
         raise VerispecError(f"quantized tensors with no place in the model: {', '.join(sorted(packed))}")
 
 
-def reduce_head(cfg: LlamaConfig, hf: dict, packed: dict, ids: torch.Tensor) -> LlamaConfig:
-    """Keep only the output head's rows `ids` (in `hf`; `quantized_weights` has already cut a packed head); the
-    config of the model that head makes."""
+def check_head_ids(cfg: LlamaConfig, ids: torch.Tensor) -> None:
     if cfg.head_tokens:
         raise VerispecError("this model's output head is reduced already")
     if ids.dim() != 1 or not len(ids) or bool((ids[1:] <= ids[:-1]).any()) or int(ids[-1]) >= cfg.vocab_size \
             or int(ids[0]) < 0:
         raise VerispecError(f"head token ids must be sorted, distinct and in 0..{cfg.vocab_size - 1}")
+
+
+def reduce_head(cfg: LlamaConfig, hf: dict, packed: dict, ids: torch.Tensor) -> LlamaConfig:
+    """Keep only the output head's rows `ids` (in `hf`; `quantized_weights` has already cut a packed head); the
+    config of the model that head makes."""
     if "lm_head.weight" in packed:
         hf["lm_head.weight"] = torch.empty(len(ids), cfg.hidden_size, device="meta")
     else:
@@ -204,6 +207,8 @@ def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
         raise VerispecError(f"unknown dtype {dtype!r}: choose from {', '.join(DTYPES)}")
     folder = resolve(spec, weights=dtype not in QUANTIZED)
     cfg, hf_cfg = read_config(folder)
+    if head_ids is not None:
+        check_head_ids(cfg, head_ids)
     hf, packed = {}, {}
     try:
         from_gguf = dtype in QUANTIZED and (folder / "source.json").exists()   # else gguf means fp32 here
