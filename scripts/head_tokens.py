@@ -41,7 +41,8 @@ def main() -> None:
     chosen.update(dict.fromkeys(t for t, _ in sorted(train.items(), key=lambda kv: (-kv[1], kv[0]))))
     chosen.update(dict.fromkeys(range(vocab)))
     ids = sorted(list(chosen)[:args.size])
-    covered = sum(n for t, n in dev.items() if t in set(ids)) / max(1, sum(dev.values()))
+    kept = set(ids)
+    covered = sum(n for t, n in dev.items() if t in kept) / max(1, sum(dev.values()))
     card = {"model": args.model, "size": len(ids), "vocab": vocab,
             "made_by": "python scripts/head_tokens.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
             "rule": "special tokens, then training-split prompt tokens by frequency, then lowest ids",

@@ -56,9 +56,7 @@ def main():
         from verispec.api import draft_head
         head = draft_head(args.draft_head)
         assert head is not None, f"{args.draft_head} has no reduced head"
-    for name in NAMES + (["output.weight (draft head)"] if head is not None else []):
-        cut = name.endswith("(draft head)")
-        name = name.split(" ")[0]
+    for name, cut in [(n, False) for n in NAMES] + ([("output.weight", True)] if head is not None else []):
         t = tensors.get(name) or tensors[HEAD_TIED if name == "output.weight" else name]
         kind, k, n = t.tensor_type.name, int(t.shape[0]), int(t.shape[1])
         raw = np.asarray(t.data).reshape(n, -1)                                # [N, bytes per row]

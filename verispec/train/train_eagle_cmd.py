@@ -118,7 +118,7 @@ def cmd_train_eagle(args) -> int:
             with torch.no_grad():
                 head.decoder.norm.weight.copy_(target.norm.weight.float())   # start on the target's feature scale
     head.attach(target.embed.weight.float(), target.output_rows(head.head_ids).float())
-    target = None                    # from here only its embedding rows are needed
+    target = None                    # from here only its borrowed embedding and output rows are needed
     params = [p for n, p in head.named_parameters() if not n.startswith("decoder.embed")]
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     step, wall, history = resume(ckpt, head, opt, "head")

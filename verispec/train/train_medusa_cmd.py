@@ -78,7 +78,7 @@ def cmd_train_medusa(args) -> int:
     held_ids, held_probs, held_greedy = head_targets(held, args.heads, head_index)
     torch.manual_seed(args.seed)
     heads = MedusaHeads(args.heads, target.cfg.hidden_size, head_ids).attach(target.output_rows(head_ids).float())
-    target = None                    # from here only its embedding rows are needed
+    target = None                    # from here only its borrowed output rows are needed
     opt = torch.optim.AdamW(heads.blocks.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0)
     step, wall, history = resume(ckpt, heads, opt, "heads")
 
