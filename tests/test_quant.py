@@ -98,6 +98,31 @@ def test_q8linear_is_its_reference_and_row_invariant(kind, n, k):
     assert 0 < err < 0.02, err                                     # 8-bit activations: about 0.5% here
 
 
+@pytest.mark.parametrize("kind,n,k", SHAPES)
+def test_q8linear_gives_the_same_bits_with_every_instruction_set(kind, n, k):
+    """Where the CPU has AVX-512 VNNI, the integer product runs `vpdpbusd`; forced to AVX2 it runs `maddubs`. Both
+    form the same exact integer sums and the same float operations, so the same bits for every row count. On a
+    CPU without VNNI both runs are AVX2 (the check still runs; `verispec doctor` says which is in use)."""
+    lib = kernels.load()
+    assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
+    p = quant.pack(random_blocks(kind, n, k, seed=6), kind, n, k)
+    x = torch.randn(37, k, generator=torch.Generator().manual_seed(7))
+    x[2, :32] = 0.0
+    best = lib.q8_isa()
+    try:
+        for m in (1, 2, 4, 5, 8, 37):
+            lib.set_q8_isa("avx2")
+            assert lib.q8_isa() == "avx2"
+            plain = quant.matmul_q8(x[:m], p)
+            lib.set_q8_isa("best")
+            assert lib.q8_isa() == best
+            assert same_bits(quant.matmul_q8(x[:m], p), plain), (best, m)
+    finally:
+        lib.set_q8_isa("best")
+    with pytest.raises(RuntimeError, match="'avx2' or 'best'"):
+        lib.set_q8_isa("amx")
+
+
 def test_q8_activation_quantization():
     """Per row and block of 32: dx = amax / 127, xq = round(x * 127 / amax) in [-127, 127], ties to even."""
     x = torch.zeros(2, 64)

@@ -2,7 +2,8 @@
 
 `load()` returns the compiled module, or None where it cannot be had (no AVX2/FMA, no compiler, not a CPU
 tensor): callers then use PyTorch's own operators, and `verispec doctor` reports that rows are not guaranteed to
-be invariant. Set VERISPEC_KERNELS=0 to force PyTorch's operators.
+be invariant. Set VERISPEC_KERNELS=0 to force PyTorch's operators, and VERISPEC_Q8_ISA=avx2 to keep the integer
+product (gguf-q8) off AVX-512 VNNI where the CPU has it (the same bits, more slowly: for comparisons).
 """
 from __future__ import annotations
 
@@ -62,6 +63,8 @@ def load():
     if why is None:
         try:
             module = _build()
+            if os.environ.get("VERISPEC_Q8_ISA", "best") == "avx2":
+                module.set_q8_isa("avx2")
         except Exception as e:  # a compiler or header missing: report it, fall back to PyTorch
             why = f"could not build the kernels ({type(e).__name__}: {str(e).strip().splitlines()[-1][:200]})"
             print(f"verispec: {why}; rows are not guaranteed invariant (see `verispec doctor`)", file=sys.stderr)

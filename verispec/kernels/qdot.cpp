@@ -14,6 +14,9 @@
 // every bit: `quant.matmul_q8_reference`.)
 // Integer sums are exact, and every float operation of a row is one fixed sequence whatever the number of rows,
 // the tile a row sits in or the thread that runs it: so a row's output depends on that row alone, on any machine.
+// Where the CPU has AVX-512 VNNI, `tile512` forms the same integer sums with `vpdpbusd` (4 byte products summed
+// straight into int32, 16 outputs per instruction) and runs the same float operations lane for lane: the same bits
+// as the AVX2 tile, which `set_q8_isa("avx2")` forces (tests compare the two).
 // The weights are `quant.py`'s packed panels (16 outputs; 4 bytes or 8 nibbles of k per output per 32-bit word),
 // the same bytes `qlinear` reads. Q4_K's and Q4_1's activations are stored per 8 k as (0 2 4 6)(1 3 5 7),
 // matching the low and high nibbles of a word.
@@ -23,6 +26,7 @@
 #include "qweight.h"
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace {
@@ -113,24 +117,103 @@ void tile(const QWeight& w, int64_t p, const int8_t* xq, const float* dx, const 
   }
 }
 
-constexpr int64_t MT_MAX = 4;   // rows sharing each word's unpacked weights
-constexpr int64_t KB = 512;     // k per block when several row groups share a panel (its bytes stay in L1)
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 
-template <int KIND>
-void rows_tile(int64_t mt, const QWeight& w, int64_t p, const int8_t* xq, const float* dx, const int32_t* bs, int64_t k0,
-               int64_t k1, float* acc) {
-  switch (mt) {
-    case 1: tile<KIND, 1>(w, p, xq, dx, bs, k0, k1, acc); break;
-    case 2: tile<KIND, 2>(w, p, xq, dx, bs, k0, k1, acc); break;
-    case 3: tile<KIND, 3>(w, p, xq, dx, bs, k0, k1, acc); break;
-    default: tile<KIND, 4>(w, p, xq, dx, bs, k0, k1, acc); break;
+VNNI inline __m512i bcast512(const int8_t* p) { int32_t v; std::memcpy(&v, p, 4); return _mm512_set1_epi32(v); }
+VNNI inline __m512 join(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
+
+// `tile` with AVX-512 VNNI: one 64-byte load is a k step of the panel's 16 outputs, and `vpdpbusd` adds each
+// output's 4 products (unsigned weight byte x signed activation byte) into its int32 sum exactly. Q8_0's signed
+// weights are lifted by 128 like Q5_0's and Q6_K's by 2^b, and the lift taken off with the activation sums, so S
+// is the AVX2 tile's integer; the float operations are the AVX2 tile's, on 16 lanes at once.
+template <int KIND, int MT>
+VNNI void tile512(const QWeight& w, int64_t p, const int8_t* xq, const float* dx, const int32_t* bs, int64_t k0,
+                  int64_t k1, float* acc) {
+  using T = Traits<KIND>;
+  constexpr int LIFT = KIND == Q8_0 ? 7 : T::SHIFT;
+  const int64_t K = w.K, nb = K / 32, ng = K / T::G;
+  const uint8_t* qp = w.q + p * (K / T::U) * 64;
+  const __m512i nib = _mm512_set1_epi8(0x0F), lift = _mm512_set1_epi8(static_cast<char>(1 << LIFT));
+  for (int64_t g = k0; g < k1; g += T::G) {
+    __m256 s2[2], o2[2];
+    group_scales<KIND>(w, p, g, s2, o2);
+    const __m512 s = join(s2[0], s2[1]);
+    __m512i S[MT];
+    for (int m = 0; m < MT; ++m) S[m] = _mm512_setzero_si512();
+    for (int64_t k = g; k < g + T::G; k += T::U) {
+      const uint8_t* c = qp + k / T::U * 64;
+      _mm_prefetch(reinterpret_cast<const char*>(c + 1024), _MM_HINT_T0);
+      const __m512i r = _mm512_loadu_si512(c);
+      if constexpr (nibbles(KIND)) {
+        const __m512i l = _mm512_and_si512(r, nib), u = _mm512_and_si512(_mm512_srli_epi16(r, 4), nib);
+        for (int m = 0; m < MT; ++m) {
+          S[m] = _mm512_dpbusd_epi32(S[m], l, bcast512(xq + m * K + k));
+          S[m] = _mm512_dpbusd_epi32(S[m], u, bcast512(xq + m * K + k + 4));
+        }
+      } else {
+        const __m512i u = _mm512_add_epi8(r, lift);                  // Q8_0: q + 128 (mod 256) = q xor 0x80
+        for (int m = 0; m < MT; ++m)
+          S[m] = _mm512_dpbusd_epi32(S[m], u, bcast512(xq + m * K + k));
+      }
+    }
+    for (int m = 0; m < MT; ++m) {
+      const __m512 dxm = _mm512_set1_ps(dx[m * nb + g / 32]);
+      const int32_t b = bs[m * ng + g / T::G];
+      __m512 t;
+      if constexpr (nibbles(KIND))
+        t = _mm512_add_ps(_mm512_mul_ps(s, _mm512_cvtepi32_ps(S[m])), _mm512_mul_ps(join(o2[0], o2[1]), _mm512_set1_ps(static_cast<float>(b))));
+      else
+        t = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_sub_epi32(S[m], _mm512_set1_epi32(b << LIFT))));
+      float* a = acc + m * 16;
+      _mm512_storeu_ps(a, _mm512_add_ps(_mm512_loadu_ps(a), _mm512_mul_ps(dxm, t)));
+    }
   }
 }
 
-template <int KIND>
+template <bool V> constexpr int64_t MT_MAX = V ? 8 : 4;   // rows sharing each word's unpacked weights (registers)
+constexpr int64_t KB = 512;     // k per block when several row groups share a panel (its bytes stay in L1)
+
+template <int KIND, bool V>
+void rows_tile(int64_t mt, const QWeight& w, int64_t p, const int8_t* xq, const float* dx, const int32_t* bs, int64_t k0,
+               int64_t k1, float* acc) {
+  if constexpr (V) {
+    switch (mt) {
+      case 1: tile512<KIND, 1>(w, p, xq, dx, bs, k0, k1, acc); break;
+      case 2: tile512<KIND, 2>(w, p, xq, dx, bs, k0, k1, acc); break;
+      case 3: tile512<KIND, 3>(w, p, xq, dx, bs, k0, k1, acc); break;
+      case 4: tile512<KIND, 4>(w, p, xq, dx, bs, k0, k1, acc); break;
+      case 5: tile512<KIND, 5>(w, p, xq, dx, bs, k0, k1, acc); break;
+      case 6: tile512<KIND, 6>(w, p, xq, dx, bs, k0, k1, acc); break;
+      case 7: tile512<KIND, 7>(w, p, xq, dx, bs, k0, k1, acc); break;
+      default: tile512<KIND, 8>(w, p, xq, dx, bs, k0, k1, acc); break;
+    }
+  } else {
+    switch (mt) {
+      case 1: tile<KIND, 1>(w, p, xq, dx, bs, k0, k1, acc); break;
+      case 2: tile<KIND, 2>(w, p, xq, dx, bs, k0, k1, acc); break;
+      case 3: tile<KIND, 3>(w, p, xq, dx, bs, k0, k1, acc); break;
+      default: tile<KIND, 4>(w, p, xq, dx, bs, k0, k1, acc); break;
+    }
+  }
+}
+
+// "vnni" where the CPU has AVX-512 VNNI (and BW, DQ, VL), else "avx2"; set_q8_isa may only step down to "avx2"
+std::string q8_best_isa() {
+  __builtin_cpu_init();
+  const bool v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                 __builtin_cpu_supports("avx512vnni");
+  return v ? "vnni" : "avx2";
+}
+std::string& q8_isa_now() {
+  static std::string isa = q8_best_isa();
+  return isa;
+}
+
+template <int KIND, bool V>
 void q8_impl(const int8_t* xq, const float* dx, const int32_t* bs, int64_t M, const QWeight& w, int64_t panels,
              const float* bias, float* y, int64_t N) {
-  const int64_t K = w.K, nb = K / 32, ng = K / Traits<KIND>::G, groups = (M + MT_MAX - 1) / MT_MAX;
+  const int64_t K = w.K, nb = K / 32, ng = K / Traits<KIND>::G, groups = (M + MT_MAX<V> - 1) / MT_MAX<V>;
   const int64_t kb = groups == 1 ? K : KB;
   at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
     std::vector<float> acc(M * 16);
@@ -139,7 +222,7 @@ void q8_impl(const int8_t* xq, const float* dx, const int32_t* bs, int64_t M, co
       for (int64_t k0 = 0; k0 < K; k0 += kb)
         for (int64_t g = 0, m0 = 0; g < groups; ++g) {
           const int64_t mt = (M - m0) / (groups - g);              // balanced: 5 rows -> 2 + 3
-          rows_tile<KIND>(mt, w, p, xq + m0 * K, dx + m0 * nb, bs + m0 * ng, k0, std::min(K, k0 + kb),
+          rows_tile<KIND, V>(mt, w, p, xq + m0 * K, dx + m0 * nb, bs + m0 * ng, k0, std::min(K, k0 + kb),
                           acc.data() + m0 * 16);
           m0 += mt;
         }
@@ -186,17 +269,31 @@ torch::Tensor q8linear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Te
   std::vector<int32_t> bs(M * (K / G));
   quantize_rows(x.data_ptr<float>(), M, K, static_cast<int>(kind), xq.data(), dx.data(), bs.data());
   float* yd = a.y.data_ptr<float>();
+  const bool v = q8_isa_now() == "vnni";
+#define Q8_CASE(KIND) v ? q8_impl<KIND, true>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N) \
+                        : q8_impl<KIND, false>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N)
   switch (kind) {
-    case Q8_0: q8_impl<Q8_0>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
-    case Q5_0: q8_impl<Q5_0>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
-    case Q6_K: q8_impl<Q6_K>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
-    case Q4_K: q8_impl<Q4_K>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
-    default: q8_impl<Q4_1>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N); break;
+    case Q8_0: Q8_CASE(Q8_0); break;
+    case Q5_0: Q8_CASE(Q5_0); break;
+    case Q6_K: Q8_CASE(Q6_K); break;
+    case Q4_K: Q8_CASE(Q4_K); break;
+    default: Q8_CASE(Q4_1); break;
   }
+#undef Q8_CASE
   return a.y;
+}
+
+// The integer product's instruction set now; set_q8_isa("avx2") or ("best") chooses (same bits either way)
+std::string q8_isa() { return q8_isa_now(); }
+std::string set_q8_isa(const std::string& isa) {
+  TORCH_CHECK(isa == "avx2" || isa == "best", "set_q8_isa: 'avx2' or 'best', got '", isa, "'");
+  q8_isa_now() = isa == "avx2" ? "avx2" : q8_best_isa();
+  return q8_isa_now();
 }
 
 void register_qdot(pybind11::module& m) {
   m.def("q8linear", &q8linear, "row-invariant linear layer over GGUF-quantized weights with 8-bit activations and "
         "exact integer dot products (--dtype gguf-q8)");
+  m.def("q8_isa", &q8_isa, "the integer product's instruction set: 'vnni' (AVX-512 VNNI) or 'avx2'");
+  m.def("set_q8_isa", &set_q8_isa, "'avx2' forces the AVX2 integer product, 'best' restores the best (same bits)");
 }
