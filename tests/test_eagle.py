@@ -264,3 +264,25 @@ def test_eagle1_layout_trains_and_drafts_exactly(tmp_path, tiny_dir, tiny_distil
     plain = make_engine("plain", target).generate(prompt, cfg).token_ids
     for tree in (None, "dynamic"):
         assert make_engine("eagle", target, str(out), tree=tree).generate(prompt, cfg).token_ids == plain
+
+
+def test_a_narrower_head_trains_loads_and_drafts_exactly(tmp_path, tiny_dir, tiny_distill_dir):
+    """--intermediate sets the head's SwiGLU width (a wide target's head need not copy its FFN): the head is
+    written with it, loads with it, and drafts with greedy output equal to plain decoding; a bad width, or one
+    that contradicts --init's head, is a one-line error."""
+    from verispec.api import Target, make_engine
+    from verispec.engine import GenerationConfig
+    out = tmp_path / "narrow"
+    base = ["train-eagle", "--data", str(tiny_distill_dir), "--model", str(tiny_dir), "--head-tokens", "256",
+            "--steps", "4", "--eval-every", "4", "--batch", "2", "--dtype", "fp32"]
+    assert main(base + ["--out", str(out), "--intermediate", "64"]) == 0
+    assert json.loads((out / "config.json").read_text())["intermediate_size"] == 64
+    target = Target.load(str(tiny_dir), "fp32", "cpu")
+    head, _ = load_eagle(out, target.model, torch.float32)
+    assert head.decoder.layers[0].mlp.w2.weight.shape[1] == 64 != target.model.cfg.intermediate_size
+    cfg = GenerationConfig(max_new_tokens=16, k=3, stop_token_ids=frozenset())
+    prompt = target.tokenizer.prompt_ids("Count to 7")
+    plain = make_engine("plain", target).generate(prompt, cfg).token_ids
+    assert make_engine("eagle", target, str(out)).generate(prompt, cfg).token_ids == plain
+    assert main(base + ["--out", str(tmp_path / "bad"), "--intermediate", "0"]) == 2
+    assert main(base + ["--out", str(tmp_path / "bad2"), "--intermediate", "32", "--init", str(out)]) == 2

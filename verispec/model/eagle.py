@@ -39,10 +39,11 @@ LAYOUTS = ("verispec", "eagle1")
 
 class EagleHead(nn.Module):
     def __init__(self, target_cfg: LlamaConfig, head_ids: torch.Tensor, taps: tuple[int, ...] = (),
-                 final: bool = True, layout: str = "verispec"):
+                 final: bool = True, layout: str = "verispec", intermediate: int | None = None):
         """taps, final: the target features the head reads, the outputs of decoder layers `taps` (before the
         final norm) and, if `final`, the final-normed state; anything but the final state alone is first fused
-        to D (`fuse`, as EAGLE-3 fuses low, middle and high layers). Drafting reads the final state alone."""
+        to D (`fuse`, as EAGLE-3 fuses low, middle and high layers). Drafting reads the final state alone.
+        intermediate: the head's SwiGLU width (default: the target's; a wide target's head may be narrower)."""
         super().__init__()
         if layout not in LAYOUTS:
             raise ValueError(f"unknown EAGLE layout {layout!r} (known: {', '.join(LAYOUTS)})")
@@ -51,7 +52,7 @@ class EagleHead(nn.Module):
         self.in_width = d * (len(self.taps) + final)                    # columns of the target features read
         self.fuse = Linear(self.in_width, d, bias=False) if self.taps else None
         self.cfg = replace(target_cfg, num_layers=1, vocab_size=1, tie_embeddings=True, head_tokens=0,
-                           embed_from_target=False)
+                           embed_from_target=False, intermediate_size=intermediate or target_cfg.intermediate_size)
         self.fc = Linear(2 * d, d, bias=False)                      # [f_j, e(x_{j+1})] -> D
         self.decoder = Llama(self.cfg)                                  # one block + final norm (its 1-row
         self.register_buffer("head_ids", head_ids.clone())             # embedding is unused)
@@ -118,7 +119,8 @@ def load_eagle(folder: str | Path, target, dtype: torch.dtype) -> tuple[EagleHea
         if cfg.get("feature_taps") or not cfg.get("feature_final", True):
             raise ValueError(f"it reads the target's layers {cfg.get('feature_taps')}, and drafting feeds heads the "
                              "final feature only (train-eagle --feature-layers final)")
-        head = EagleHead(target.cfg, state["head_ids"], layout=cfg.get("eagle_layout", "verispec"))
+        head = EagleHead(target.cfg, state["head_ids"], layout=cfg.get("eagle_layout", "verispec"),
+                         intermediate=cfg.get("intermediate_size"))
         head.load_state_dict(state)
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         raise VerispecError(f"cannot load the EAGLE head from {folder}: {e}") from None

@@ -68,6 +68,8 @@ def add_train_parsers(sub, model_flags) -> None:
 
     te = sub.add_parser("train-eagle", help="train an EAGLE head on the target's features (resumable)")
     _head_training_flags(te, "head folder", batch=8, batch_help="sequences per step", eval_examples=60)
+    te.add_argument("--intermediate", type=int, default=None,
+                    help="the head's SwiGLU width (default: the target's; e.g. 2048 for a 1.5B target)")
     te.add_argument("--cls-weight", type=float, default=0.1, help="weight of the KL term (EAGLE: 0.1)")
     te.add_argument("--noise", type=float, default=0.1, help="uniform noise on input features (EAGLE: 0.1)")
     te.add_argument("--unroll", type=int, default=1, help="training-time test: also learn from the head's own "

@@ -75,8 +75,10 @@ def initial_head(folder: str, target) -> EagleHead:
 
 def cmd_train_eagle(args) -> int:
     from tqdm import tqdm
-    if min(args.steps, args.batch, args.eval_every, args.head_tokens, args.unroll) < 1 or args.noise < 0:
-        raise VerispecError("need --steps, --batch, --eval-every, --head-tokens, --unroll >= 1 and --noise >= 0")
+    width = 1 if args.intermediate is None else args.intermediate
+    if min(args.steps, args.batch, args.eval_every, args.head_tokens, args.unroll, width) < 1 or args.noise < 0:
+        raise VerispecError("need --steps, --batch, --eval-every, --head-tokens, --unroll, --intermediate >= 1 and "
+                            "--noise >= 0")
     taps, final = parse_layers(args.feature_layers)
     if args.init and (taps or not final):
         raise VerispecError("--init starts from a head on the final feature: use it with --feature-layers final")
@@ -89,6 +91,8 @@ def cmd_train_eagle(args) -> int:
                 "init": str(Path(args.init).resolve()) if args.init else None}
     if args.layout != "verispec":              # (the default: the settings older runs' checkpoints carry)
         settings["layout"] = args.layout
+    if args.intermediate:                      # (likewise)
+        settings["intermediate"] = args.intermediate
     if taps:                                   # (final alone: the key older runs' feature caches carry)
         features_key = {**features_key, "taps": list(taps)}
         settings["feature_layers"], settings["feature_final"] = list(taps), final
@@ -109,11 +113,14 @@ def cmd_train_eagle(args) -> int:
         head = initial_head(args.init, target)
         if head.layout != args.layout:
             raise VerispecError(f"--init {args.init} is a {head.layout}-layout head, not --layout {args.layout}")
+        if args.intermediate and args.intermediate != head.cfg.intermediate_size:
+            raise VerispecError(f"--init {args.init} has SwiGLU width {head.cfg.intermediate_size}, not "
+                                f"--intermediate {args.intermediate}")
         head_ids = head.head_ids
     else:
         head_ids = ckpt["head_ids"] if ckpt else frequent_tokens(train, args.head_tokens, set(tok.stop_token_ids))
         torch.manual_seed(args.seed)
-        head = EagleHead(target.cfg, head_ids, taps, final, args.layout)
+        head = EagleHead(target.cfg, head_ids, taps, final, args.layout, args.intermediate)
         if args.layout == "verispec":
             with torch.no_grad():
                 head.decoder.norm.weight.copy_(target.norm.weight.float())   # start on the target's feature scale
