@@ -79,12 +79,18 @@ def identity(model: str | None) -> tuple[str | None, bool]:
 
 
 def default_draft(target: Target | str | None, shipped: Path = DEFAULT_DRAFT, what: str = "draft") -> str:
-    """The shipped distilled draft (or Medusa heads) of the default target, or a named target's named draft model
-    (the catalog's `draft`: Qwen2.5-Coder-1.5B's is Qwen2.5-Coder-0.5B). target: a loaded Target or a --model value."""
+    """The shipped distilled draft (or Medusa heads, or EAGLE head) of the default target; or for a named target,
+    the catalog's: `draft` names its draft model (Qwen2.5-Coder-1.5B's is Qwen2.5-Coder-0.5B), `eagle` and
+    `medusa` a folder in verispec/drafts. target: a loaded Target or a --model value."""
     name, is_default = (target.name, target.is_default) if isinstance(target, Target) else identity(target)
-    paired = catalog.entry(name).get("draft") if name and not is_default else None
+    paired = catalog.entry(name).get(what) if name and not is_default else None
     if paired and what == "draft":
         return paired
+    if paired:                                         # a head shipped for this named model: drafts/FOLDER
+        shipped = DEFAULT_DRAFT.parent / paired
+        if not (shipped / "config.json").exists():
+            raise VerispecError(f"the shipped {what} of {name} is missing from {shipped}; pass --draft PATH")
+        return str(shipped)
     if not is_default:
         raise VerispecError(f"--method {what} needs --draft PATH for this model (trained for it with `verispec "
                             f"train-{what}`); the shipped {what} only fits the default SmolLM2-135M-Instruct")

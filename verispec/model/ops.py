@@ -23,6 +23,7 @@ from .. import kernels
 
 CHUNK = 64              # attention's split-KV chunk, in logical key positions (part of the numerics)
 _reference = [False]
+_pytorch = [False]
 
 
 @contextlib.contextmanager
@@ -35,9 +36,22 @@ def one_row_at_a_time():
         _reference[0] = False
 
 
+@contextlib.contextmanager
+def pytorch_operators():
+    """PyTorch's own operators instead of the row-invariant kernels (oneDNN: AMX or AVX-512 bf16 where the CPU has
+    them, several times faster over whole sequences there), not row-invariant: for training features, never for
+    decoding."""
+    _pytorch[0] = True
+    try:
+        yield
+    finally:
+        _pytorch[0] = False
+
+
 def invariant(t: torch.Tensor) -> bool:
-    """Whether `t`'s reductions run on the row-invariant kernels (CPU, kernels built, no gradient needed)."""
-    return (t.device.type == "cpu" and not (torch.is_grad_enabled() and t.requires_grad)
+    """Whether `t`'s reductions run on the row-invariant kernels (CPU, kernels built, no gradient needed, not
+    inside `pytorch_operators()`)."""
+    return (t.device.type == "cpu" and not _pytorch[0] and not (torch.is_grad_enabled() and t.requires_grad)
             and kernels.load() is not None)
 
 

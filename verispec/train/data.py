@@ -70,12 +70,14 @@ def load_examples(folder: str | Path, max_tokens: int = 320) -> list[Example]:
 
 
 def frequent_tokens(examples: list[Example], n: int, always: set[int]) -> torch.Tensor:
-    """The n tokens most often produced by the target (answers and their soft targets), plus `always`."""
-    counts = Counter()
+    """The n tokens most often produced by the target (answers and their soft targets), plus `always`; where the
+    answers hold fewer than n, then the prompts' most frequent tokens (code answers reuse the prompt's names)."""
+    counts, prompts = Counter(), Counter()
     for ex in examples:
         counts.update(ex.tokens[ex.first:].tolist())
         counts.update(ex.topk_ids[:, :4].flatten().tolist())
-    chosen = [t for t in always] + [t for t, _ in counts.most_common() if t not in always]
+        prompts.update(ex.tokens[:ex.first].tolist())
+    chosen = list(dict.fromkeys([*always, *(t for t, _ in counts.most_common()), *(t for t, _ in prompts.most_common())]))
     return torch.tensor(sorted(chosen[:n]))
 
 

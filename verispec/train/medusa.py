@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from ..model import ops
 from ..model.medusa import MedusaHeads
 from .data import Example
 from .draft import cosine_lr, descend
@@ -27,7 +28,8 @@ def answer_features(target, examples: list[Example], batch: int = 8, on_batch=No
     """Per example, [answer length, D] target hidden states: row t is the state that predicts answer token t.
     whole=True: [n - 1, D], the states at every position but the last (row j predicts token j + 1).
     taps: also the outputs of these decoder layers (before the final norm), [..., (len(taps) + 1) D], the
-    final-normed state last."""
+    final-normed state last. The target runs on PyTorch's operators (`ops.pytorch_operators`): training needs
+    speed, not row invariance."""
     out, tapped = [], {}
     hooks = [target.layers[i].register_forward_hook(lambda m, a, y, i=i: tapped.__setitem__(i, y)) for i in taps]
     try:
@@ -38,7 +40,7 @@ def answer_features(target, examples: list[Example], batch: int = 8, on_batch=No
             for r, e in enumerate(group):
                 tokens[r, :len(e.tokens)] = e.tokens                            # right padding: causal, harmless
             positions = torch.arange(length)[None].expand_as(tokens)
-            with torch.inference_mode():
+            with torch.inference_mode(), ops.pytorch_operators():      # training: speed, not row invariance
                 hidden = target(tokens.to(target.device), positions.to(target.device), None)   # [B, L, D]
                 hidden = torch.cat([*(tapped[t] for t in taps), hidden], -1)        # [B, L, (taps + 1) D]
             for r, e in enumerate(group):
