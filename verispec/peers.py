@@ -57,6 +57,26 @@ def _draft_gguf(target, draft: str | None):
     return loader.gguf_source(loader.resolve(draft or default_draft(target), weights=False))
 
 
+def probe(path: str, threads: int) -> None:
+    """llama.cpp first decodes one token of `path` in a child process, so that a build which crashes on this CPU
+    is a one-line error instead of the end of the bench (seen: llama-cpp-python 0.3.36 built natively on an AMX
+    machine, signal 11 at its first decode)."""
+    import subprocess
+    import sys
+    code = ("import sys, llama_cpp\n"
+            "m = llama_cpp.Llama(sys.argv[1], n_ctx=64, n_threads=int(sys.argv[2]), verbose=False)\n"
+            "next(iter(m.generate(m.tokenize(b'def'), temp=0.0, top_k=1)))\n")
+    done = subprocess.run([sys.executable, "-c", code, path, str(threads)], capture_output=True, text=True)
+    if done.returncode < 0:
+        raise VerispecError(f"llama.cpp crashed (signal {-done.returncode}) decoding {Path(path).name} on this "
+                            "machine: rebuild llama-cpp-python without AMX, e.g. CMAKE_ARGS=\"-DGGML_NATIVE=OFF "
+                            "-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON\" pip install --force-reinstall --no-deps "
+                            "llama-cpp-python==0.3.36")
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1][:200]
+        raise VerispecError(f"llama.cpp could not decode {Path(path).name}: {last}")
+
+
 class LlamaCppRunner:
     def __init__(self, target, methods: list[str], cfg, draft_name: str | None = None):
         try:
@@ -68,6 +88,7 @@ class LlamaCppRunner:
             raise VerispecError(f"unknown method(s) {', '.join(unknown)}: llama.cpp methods are "
                                 f"{', '.join(LLAMACPP_METHODS)}")
         path, threads = str(loader.gguf_source(Path(target.folder))), torch.get_num_threads()
+        probe(path, threads)
         self.models = {}
         for m in methods:
             draft = None
