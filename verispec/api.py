@@ -87,10 +87,10 @@ def default_draft(target: Target | str | None, shipped: Path = DEFAULT_DRAFT, wh
     if paired and what == "draft":
         return paired
     if paired:                                         # a head shipped for this named model: drafts/FOLDER
-        shipped = DEFAULT_DRAFT.parent / paired
-        if not (shipped / "config.json").exists():
-            raise VerispecError(f"the shipped {what} of {name} is missing from {shipped}; pass --draft PATH")
-        return str(shipped)
+        folder = DEFAULT_DRAFT.parent / paired
+        if not (folder / "config.json").exists():
+            raise VerispecError(f"the shipped {what} of {name} is missing from {folder}; pass --draft PATH")
+        return str(folder)
     if not is_default:
         raise VerispecError(f"--method {what} needs --draft PATH for this model (trained for it with `verispec "
                             f"train-{what}`); the shipped {what} only fits the default SmolLM2-135M-Instruct")

@@ -35,6 +35,15 @@ def cpu_flags() -> set[str]:
     return set(flags[0].split(":", 1)[1].split()) if flags else set()
 
 
+def q8_isa_asked() -> str:
+    """VERISPEC_Q8_ISA: 'best' (the default) or 'avx2'; anything else is a one-line error."""
+    isa = os.environ.get("VERISPEC_Q8_ISA", "best")
+    if isa not in ("best", "avx2"):
+        from ..errors import VerispecError
+        raise VerispecError(f"VERISPEC_Q8_ISA must be 'best' or 'avx2', got {isa!r}")
+    return isa
+
+
 def unavailable_reason() -> str | None:
     """Why the kernels cannot run on this machine, or None."""
     if os.environ.get("VERISPEC_KERNELS", "1") == "0":
@@ -61,10 +70,10 @@ def load():
         return _state["module"]
     module, why = None, unavailable_reason()
     if why is None:
+        isa = q8_isa_asked()
         try:
             module = _build()
-            if os.environ.get("VERISPEC_Q8_ISA", "best") == "avx2":
-                module.set_q8_isa("avx2")
+            module.set_q8_isa(isa)
         except Exception as e:  # a compiler or header missing: report it, fall back to PyTorch
             why = f"could not build the kernels ({type(e).__name__}: {str(e).strip().splitlines()[-1][:200]})"
             print(f"verispec: {why}; rows are not guaranteed invariant (see `verispec doctor`)", file=sys.stderr)

@@ -138,6 +138,8 @@ VNNI void tile512(const QWeight& w, int64_t p, const int8_t* xq, const float* dx
     __m256 s2[2], o2[2];
     group_scales<KIND>(w, p, g, s2, o2);
     const __m512 s = join(s2[0], s2[1]);
+    __m512 o = _mm512_setzero_ps();
+    if constexpr (nibbles(KIND)) o = join(o2[0], o2[1]);
     __m512i S[MT];
     for (int m = 0; m < MT; ++m) S[m] = _mm512_setzero_si512();
     for (int64_t k = g; k < g + T::G; k += T::U) {
@@ -161,7 +163,8 @@ VNNI void tile512(const QWeight& w, int64_t p, const int8_t* xq, const float* dx
       const int32_t b = bs[m * ng + g / T::G];
       __m512 t;
       if constexpr (nibbles(KIND))
-        t = _mm512_add_ps(_mm512_mul_ps(s, _mm512_cvtepi32_ps(S[m])), _mm512_mul_ps(join(o2[0], o2[1]), _mm512_set1_ps(static_cast<float>(b))));
+        t = _mm512_add_ps(_mm512_mul_ps(s, _mm512_cvtepi32_ps(S[m])),
+                          _mm512_mul_ps(o, _mm512_set1_ps(static_cast<float>(b))));
       else
         t = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_sub_epi32(S[m], _mm512_set1_epi32(b << LIFT))));
       float* a = acc + m * 16;
@@ -197,17 +200,16 @@ void rows_tile(int64_t mt, const QWeight& w, int64_t p, const int8_t* xq, const 
   }
 }
 
-// "vnni" where the CPU has AVX-512 VNNI (and BW, DQ, VL), else "avx2"; set_q8_isa may only step down to "avx2"
-std::string q8_best_isa() {
-  __builtin_cpu_init();
-  const bool v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-                 __builtin_cpu_supports("avx512vnni");
-  return v ? "vnni" : "avx2";
+// Whether the CPU has AVX-512 VNNI (and BW, DQ, VL); whether the integer product uses it now (set_q8_isa)
+bool cpu_has_vnni() {
+  static const bool v = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+                         __builtin_cpu_supports("avx512vnni"));
+  return v;
 }
-std::string& q8_isa_now() {
-  static std::string isa = q8_best_isa();
-  return isa;
+bool& q8_vnni() {
+  static bool v = cpu_has_vnni();
+  return v;
 }
 
 template <int KIND, bool V>
@@ -269,7 +271,7 @@ torch::Tensor q8linear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Te
   std::vector<int32_t> bs(M * (K / G));
   quantize_rows(x.data_ptr<float>(), M, K, static_cast<int>(kind), xq.data(), dx.data(), bs.data());
   float* yd = a.y.data_ptr<float>();
-  const bool v = q8_isa_now() == "vnni";
+  const bool v = q8_vnni();
 #define Q8_CASE(KIND) v ? q8_impl<KIND, true>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N) \
                         : q8_impl<KIND, false>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N)
   switch (kind) {
@@ -284,11 +286,11 @@ torch::Tensor q8linear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Te
 }
 
 // The integer product's instruction set now; set_q8_isa("avx2") or ("best") chooses (same bits either way)
-std::string q8_isa() { return q8_isa_now(); }
+std::string q8_isa() { return q8_vnni() ? "vnni" : "avx2"; }
 std::string set_q8_isa(const std::string& isa) {
   TORCH_CHECK(isa == "avx2" || isa == "best", "set_q8_isa: 'avx2' or 'best', got '", isa, "'");
-  q8_isa_now() = isa == "avx2" ? "avx2" : q8_best_isa();
-  return q8_isa_now();
+  q8_vnni() = isa == "best" && cpu_has_vnni();
+  return q8_isa();
 }
 
 void register_qdot(pybind11::module& m) {

@@ -77,7 +77,8 @@ def frequent_tokens(examples: list[Example], n: int, always: set[int]) -> torch.
         counts.update(ex.tokens[ex.first:].tolist())
         counts.update(ex.topk_ids[:, :4].flatten().tolist())
         prompts.update(ex.tokens[:ex.first].tolist())
-    chosen = list(dict.fromkeys([*always, *(t for t, _ in counts.most_common()), *(t for t, _ in prompts.most_common())]))
+    chosen = list(dict.fromkeys([*always, *(t for t, _ in counts.most_common()),
+                                 *(t for t, _ in prompts.most_common())]))
     return torch.tensor(sorted(chosen[:n]))
 
 
