@@ -19,6 +19,36 @@ def test_the_kernels_run_on_this_machine():
     assert kernels.status() is None, f"row-invariant kernels unavailable: {kernels.status()}"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_float_product_gives_the_same_bits_with_every_instruction_set(dtype):
+    """Where the CPU has AVX-512 the float product runs 16-lane FMAs in tiles of up to 12 rows; forced to AVX2 it
+    runs 8-lane ones in tiles of up to 6. Each output is the same FMA chain either way, so every row count gives
+    the AVX2 bits and each row alone's bits. On a CPU without AVX-512 both runs are AVX2."""
+    lib = kernels.load()
+    assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
+    g = torch.Generator().manual_seed(3)
+    best = lib.fp_isa()
+    try:
+        for n, k in ((200, 96), (49, 40), (16, 8)):
+            w = torch.randn(n, k, generator=g).to(dtype)
+            bias = torch.randn(n, generator=g)
+            panels = ops._panels(w)
+            for m in (1, 2, 5, 12, 13, 25, 97, 130):
+                x = torch.randn(m, k, generator=g)
+                lib.set_fp_isa("avx2")
+                narrow = lib.linear(x, panels, n, bias)
+                lib.set_fp_isa("best")
+                assert lib.fp_isa() == best
+                wide = lib.linear(x, panels, n, bias)
+                alone = torch.cat([lib.linear(x[i:i + 1], panels, n, bias) for i in range(m)])
+                assert torch.equal(wide.view(torch.int32), narrow.view(torch.int32)), (best, n, k, m)
+                assert torch.equal(wide.view(torch.int32), alone.view(torch.int32)), (best, n, k, m)
+    finally:
+        lib.set_fp_isa("best")
+    with pytest.raises(RuntimeError, match="'avx2' or 'best'"):
+        lib.set_fp_isa("amx")
+
+
 @pytest.fixture(scope="module", params=["fp32", "bf16"])
 def tiny(request):
     torch.manual_seed(0)

@@ -169,9 +169,9 @@ def test_real_gguf_tensors():
         assert same_bits(quant.matmul(x, p), lib.linear(x, ops._panels(w), rows, None)), t.name
 
 
-def test_a_bad_q8_instruction_set_choice_is_a_one_line_error(monkeypatch):
-    monkeypatch.setenv("VERISPEC_Q8_ISA", "avx512")
-    with pytest.raises(VerispecError, match="VERISPEC_Q8_ISA must be 'best' or 'avx2', got 'avx512'"):
-        kernels.q8_isa_asked()
-    monkeypatch.setenv("VERISPEC_Q8_ISA", "avx2")
-    assert kernels.q8_isa_asked() == "avx2"
+def test_a_bad_instruction_set_choice_is_a_one_line_error(monkeypatch):
+    monkeypatch.setenv("VERISPEC_ISA", "avx512")
+    with pytest.raises(VerispecError, match="VERISPEC_ISA must be 'best' or 'avx2', got 'avx512'"):
+        kernels.isa_asked()
+    monkeypatch.setenv("VERISPEC_ISA", "avx2")
+    assert kernels.isa_asked() == "avx2"

@@ -84,9 +84,11 @@ def cmd_doctor(args) -> int:
     why = kernels.status()
     print(f"kernels: {'row-invariant AVX2/FMA kernels, built in ' + str(kernels.build_dir()) if why is None else why}")
     if why is None:
-        isa = kernels.load().q8_isa()
-        print(f"integer products (gguf-q8): {'AVX-512 VNNI' if isa == 'vnni' else 'AVX2'} (exact integer sums: "
-              "the same bits with either instruction set)")
+        lib = kernels.load()
+        print(f"float products: {'AVX-512' if lib.fp_isa() == 'avx512' else 'AVX2'} (the same fp32 FMA chain per "
+              "output with either instruction set: the same bits)")
+        print(f"integer products (gguf-q8): {'AVX-512 VNNI' if lib.q8_isa() == 'vnni' else 'AVX2'} (exact integer "
+              "sums: the same bits with either instruction set)")
     target = Target.load(args.model, args.dtype, args.device)
     device = target.model.device
     print(f"model: {target.folder} ({args.dtype}, {device})")

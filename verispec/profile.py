@@ -162,7 +162,7 @@ def machine_costs(model, base: CostProfile, name: str, dtype: str) -> CostProfil
     from .model.loader import home
     cpu = kernels.cpu_flags_lines() if model.device.type == "cpu" else [torch.cuda.get_device_name(model.device)]
     key = hashlib.sha1(json.dumps([cpu, torch.__version__, torch.get_num_threads(), name, dtype, str(model.device),
-                                   kernels.status() or [kernels.build_dir().name, kernels.load().q8_isa()]]
+                                   kernels.status() or [kernels.build_dir().name, kernels.isa(kernels.load())]]
                                   ).encode()).hexdigest()[:12]
     path = home() / "profiles" / f"costs-{key}.json"
     try:

@@ -2,8 +2,9 @@
 
 `load()` returns the compiled module, or None where it cannot be had (no AVX2/FMA, no compiler, not a CPU
 tensor): callers then use PyTorch's own operators, and `verispec doctor` reports that rows are not guaranteed to
-be invariant. Set VERISPEC_KERNELS=0 to force PyTorch's operators, and VERISPEC_Q8_ISA=avx2 to keep the integer
-product (gguf-q8) off AVX-512 VNNI where the CPU has it (the same bits, more slowly: for comparisons).
+be invariant. Set VERISPEC_KERNELS=0 to force PyTorch's operators, and VERISPEC_ISA=avx2 to keep the products off
+AVX-512 (the float product) and AVX-512 VNNI (the integer product, gguf-q8) where the CPU has them: the same bits,
+more slowly, for comparisons.
 """
 from __future__ import annotations
 
@@ -35,13 +36,18 @@ def cpu_flags() -> set[str]:
     return set(flags[0].split(":", 1)[1].split()) if flags else set()
 
 
-def q8_isa_asked() -> str:
-    """VERISPEC_Q8_ISA: 'best' (the default) or 'avx2'; anything else is a one-line error."""
-    isa = os.environ.get("VERISPEC_Q8_ISA", "best")
+def isa_asked() -> str:
+    """VERISPEC_ISA: 'best' (the default) or 'avx2'; anything else is a one-line error."""
+    isa = os.environ.get("VERISPEC_ISA", "best")
     if isa not in ("best", "avx2"):
         from ..errors import VerispecError
-        raise VerispecError(f"VERISPEC_Q8_ISA must be 'best' or 'avx2', got {isa!r}")
+        raise VerispecError(f"VERISPEC_ISA must be 'best' or 'avx2', got {isa!r}")
     return isa
+
+
+def isa(module) -> str:
+    """The instruction sets the products use now, e.g. 'float avx512, integer vnni'."""
+    return f"float {module.fp_isa()}, integer {module.q8_isa()}"
 
 
 def unavailable_reason() -> str | None:
@@ -70,10 +76,11 @@ def load():
         return _state["module"]
     module, why = None, unavailable_reason()
     if why is None:
-        isa = q8_isa_asked()
+        asked = isa_asked()
         try:
             module = _build()
-            module.set_q8_isa(isa)
+            module.set_q8_isa(asked)
+            module.set_fp_isa(asked)
         except Exception as e:  # a compiler or header missing: report it, fall back to PyTorch
             why = f"could not build the kernels ({type(e).__name__}: {str(e).strip().splitlines()[-1][:200]})"
             print(f"verispec: {why}; rows are not guaranteed invariant (see `verispec doctor`)", file=sys.stderr)

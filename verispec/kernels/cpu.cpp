@@ -16,6 +16,7 @@
 #include "simd.h"
 #include <cmath>
 #include <type_traits>
+#include <string>
 #include <vector>
 
 namespace {
@@ -96,68 +97,113 @@ inline __m256 sum8x8(const __m256* a) {
   return _mm256_add_ps(lo, hi);
 }
 
+// o[0 .. 8W) = sum_j p[j] v[j, 0 .. 8W), j ascending: W independent accumulators of 8 lanes (v rows of stride ld)
+template <int W>
+inline void weigh_values(const float* p, int64_t n, const float* v, int64_t ld, float* o) {
+  __m256 ov[W];
+  for (int u = 0; u < W; ++u) ov[u] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    __m256 pj = _mm256_set1_ps(p[j]);
+    for (int u = 0; u < W; ++u) ov[u] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * ld + 8 * u), ov[u]);
+  }
+  for (int u = 0; u < W; ++u) _mm256_storeu_ps(o + 8 * u, ov[u]);
+}
+
 template <typename T>
 void attention_impl(const float* q, int64_t R, int64_t H, int64_t D, const std::vector<const T*>& ks,
                     const std::vector<const T*>& vs, const std::vector<int64_t>& cap, int64_t hkv,
                     const int64_t* seq, const int64_t* ctx, const int64_t* extra, int64_t E, const int64_t* n_extra,
                     float scale, int64_t C, float* out) {
-  // work items (row, kv head, chunk of C logical keys): the group of query heads sharing that kv head reads each
-  // key once. Partials m, l, o per (row, head, chunk), merged per (row, head) in chunk order.
+  // Partials m, l, o per (row, head, chunk of C logical keys), merged per (row, head) in chunk order below.
+  // Work items (rows, kv head, chunk): a chunk's keys and values are widened to fp32 once and read by every query
+  // head of the group and every row of the item. A chunk wholly inside the context that all rows of a sequence see
+  // (a chain's or tree's prefix) is one item for a block of up to 8 of those rows; any other chunk is one item per
+  // row. Each score and output is the same instruction sequence either way, so grouping changes no bit.
   std::vector<int64_t> first(R + 1, 0);
   for (int64_t r = 0; r < R; ++r) first[r + 1] = first[r] + (ctx[r] + n_extra[r] + C - 1) / C;
   const int64_t chunks = first[R], group = H / hkv;
+  struct Item { int64_t r0, nr, c; };
+  std::vector<Item> items;
+  for (int64_t a = 0; a < R;) {
+    int64_t b = a, shared = ctx[a];
+    while (b < R && seq[b] == seq[a]) shared = std::min(shared, ctx[b++]);
+    const int64_t common = shared / C;                              // full chunks every row of [a, b) sees alike
+    for (int64_t c = 0; c < common; ++c)
+      for (int64_t r0 = a; r0 < b; r0 += 8) items.push_back({r0, std::min<int64_t>(8, b - r0), c});
+    for (int64_t r = a; r < b; ++r)
+      for (int64_t c = common; c < first[r + 1] - first[r]; ++c) items.push_back({r, 1, c});
+    a = b;
+  }
   std::vector<float> pm(chunks * H), pl(chunks * H), po(chunks * H * D);
-  at::parallel_for(0, chunks * hkv, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> s(group * (C + 8));
-    std::vector<const T*> krow(C + 8), vrow(C + 8);
-    std::vector<__m256> acc(8 * group);
-    for (int64_t it = b; it < e; ++it) {
-      int64_t g = it % hkv, cidx = it / hkv;
-      int64_t r = std::upper_bound(first.begin(), first.end(), cidx) - first.begin() - 1;
-      int64_t c = cidx - first[r], n_keys = ctx[r] + n_extra[r];
-      int64_t j0 = c * C, n = std::min(n_keys, j0 + C) - j0, n8 = (n + 7) / 8 * 8;
-      const int64_t sq = seq[r];
-      for (int64_t j = 0; j < n8; ++j) {
+  // items differ in cost (rows x keys): each thread takes a contiguous run of about equal cost
+  const int64_t n_items = static_cast<int64_t>(items.size()) * hkv, NT = std::max(1, at::get_num_threads());
+  std::vector<int64_t> cost(n_items + 1, 0), bound(NT + 1, n_items);
+  for (int64_t it = 0; it < n_items; ++it) {
+    const Item& m = items[it / hkv];
+    cost[it + 1] = cost[it] + m.nr * (std::min(ctx[m.r0] + n_extra[m.r0], (m.c + 1) * C) - m.c * C + 8);
+  }
+  for (int64_t t = 0; t < NT; ++t)
+    bound[t] = std::lower_bound(cost.begin(), cost.end(), cost[n_items] * t / NT) - cost.begin();
+  at::parallel_for(0, NT, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> s(8 * group * (C + 8)), kf((C + 8) * D), vf((C + 8) * D), mx(8 * group), l(8 * group);
+    __m256 acc[8];
+    for (int64_t it = bound[t0]; it < bound[t1]; ++it) {
+      const Item item = items[it / hkv];
+      const int64_t g = it % hkv, r = item.r0, c = item.c, n_keys = ctx[r] + n_extra[r];
+      const int64_t j0 = c * C, n = std::min(n_keys, j0 + C) - j0, n8 = (n + 7) / 8 * 8, sq = seq[r];
+      for (int64_t j = 0; j < n8; ++j) {                            // the chunk's keys and values in fp32
         int64_t lj = j0 + std::min(j, n - 1);                       // padding repeats the last real key
         int64_t slot = lj < ctx[r] ? lj : extra[r * E + (lj - ctx[r])];
-        krow[j] = ks[sq] + (g * cap[sq] + slot) * D;
-        vrow[j] = vs[sq] + (g * cap[sq] + slot) * D;
+        const T* kr = ks[sq] + (g * cap[sq] + slot) * D;
+        const T* vr = vs[sq] + (g * cap[sq] + slot) * D;
+        for (int64_t i = 0; i < D; i += 8) {
+          _mm256_storeu_ps(kf.data() + j * D + i, load8(kr + i));
+          _mm256_storeu_ps(vf.data() + j * D + i, load8(vr + i));
+        }
       }
-      for (int64_t j = 0; j < n8; j += 8) {
-        for (int64_t hh = 0; hh < group; ++hh) {
-          const float* qh = q + (r * H + g * group + hh) * D;
-          __m256* a = acc.data() + 8 * hh;
-          for (int u = 0; u < 8; ++u) a[u] = _mm256_setzero_ps();
+      const int64_t P = item.nr * group;                           // (row, head) pairs: p = (rr - r) * group + hh
+      for (int64_t p = 0; p < P; ++p) {
+        const float* qh = q + ((r + p / group) * H + g * group + p % group) * D;
+        for (int64_t j = 0; j < n8; j += 8) {
+          const float* kj = kf.data() + j * D;
+          for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
           for (int64_t i = 0; i < D; i += 8) {
             __m256 qv = _mm256_loadu_ps(qh + i);
-            for (int u = 0; u < 8; ++u) a[u] = _mm256_fmadd_ps(qv, load8(krow[j + u] + i), a[u]);
+            for (int u = 0; u < 8; ++u) acc[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kj + u * D + i), acc[u]);
           }
-          _mm256_storeu_ps(s.data() + hh * (C + 8) + j, _mm256_mul_ps(sum8x8(a), _mm256_set1_ps(scale)));
+          _mm256_storeu_ps(s.data() + p * (C + 8) + j, _mm256_mul_ps(sum8x8(acc), _mm256_set1_ps(scale)));
         }
       }
-      for (int64_t hh = 0; hh < group; ++hh) {
-        const int64_t h = g * group + hh, slot_out = cidx * H + h;
-        float* sh = s.data() + hh * (C + 8);
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) mx = std::max(mx, sh[j]);
+      // each pair's max and sum run over its keys in order, one chain per pair; the pairs' chains interleave
+      for (int64_t p = 0; p < P; ++p) mx[p] = -INFINITY, l[p] = 0.0f;
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t p = 0; p < P; ++p) mx[p] = std::max(mx[p], s[p * (C + 8) + j]);
+      for (int64_t p = 0; p < P; ++p) {
+        float* sh = s.data() + p * (C + 8);
         for (int64_t j = n; j < n8; ++j) sh[j] = -INFINITY;
-        __m256 vm = _mm256_set1_ps(mx);
+        __m256 vm = _mm256_set1_ps(mx[p]);
         for (int64_t j = 0; j < n8; j += 8) _mm256_storeu_ps(sh + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(sh + j), vm)));
-        float l = 0.0f;
-        for (int64_t j = 0; j < n; ++j) l += sh[j];
+      }
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t p = 0; p < P; ++p) l[p] += s[p * (C + 8) + j];
+      for (int64_t p = 0; p < P; ++p) {
+        const int64_t slot_out = (first[r + p / group] + c) * H + g * group + p % group;
+        const float* sh = s.data() + p * (C + 8);
         float* o = po.data() + slot_out * D;
-        for (int64_t i0 = 0; i0 < D; i0 += 64) {       // 8 independent lanes-of-8 per pass over the keys
-          const int64_t w = std::min<int64_t>(8, (D - i0) / 8);
-          __m256 ov[8];
-          for (int u = 0; u < 8; ++u) ov[u] = _mm256_setzero_ps();
-          for (int64_t j = 0; j < n; ++j) {
-            __m256 pj = _mm256_set1_ps(sh[j]);
-            for (int u = 0; u < w; ++u) ov[u] = _mm256_fmadd_ps(pj, load8(vrow[j] + i0 + 8 * u), ov[u]);
+        for (int64_t i0 = 0; i0 < D; i0 += 64) {         // up to 8 independent lanes-of-8 per pass over the keys
+          switch (std::min<int64_t>(8, (D - i0) / 8)) {
+            case 1: weigh_values<1>(sh, n, vf.data() + i0, D, o + i0); break;
+            case 2: weigh_values<2>(sh, n, vf.data() + i0, D, o + i0); break;
+            case 3: weigh_values<3>(sh, n, vf.data() + i0, D, o + i0); break;
+            case 4: weigh_values<4>(sh, n, vf.data() + i0, D, o + i0); break;
+            case 5: weigh_values<5>(sh, n, vf.data() + i0, D, o + i0); break;
+            case 6: weigh_values<6>(sh, n, vf.data() + i0, D, o + i0); break;
+            case 7: weigh_values<7>(sh, n, vf.data() + i0, D, o + i0); break;
+            default: weigh_values<8>(sh, n, vf.data() + i0, D, o + i0); break;
           }
-          for (int u = 0; u < w; ++u) _mm256_storeu_ps(o + i0 + 8 * u, ov[u]);
         }
-        pm[slot_out] = mx;
-        pl[slot_out] = l;
+        pm[slot_out] = mx[p];
+        pl[slot_out] = l[p];
       }
     }
   });
@@ -205,11 +251,21 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor wp, int64_t N, c10::optional
     b = bias->data_ptr<float>();
   }
   if (M == 0) return y;
+  const bool wide = fp_avx512();
   VS_DISPATCH(wp.scalar_type(), T, [&] {
-    linear_impl<T>(x.data_ptr<float>(), M, K, reinterpret_cast<const T*>(wp.data_ptr()), wp.size(0), b,
-                   y.data_ptr<float>(), N);
+    const T* w = reinterpret_cast<const T*>(wp.data_ptr());
+    if (wide) linear16<T>(x.data_ptr<float>(), M, K, w, wp.size(0), b, y.data_ptr<float>(), N);
+    else linear_impl<T>(x.data_ptr<float>(), M, K, w, wp.size(0), b, y.data_ptr<float>(), N);
   });
   return y;
+}
+
+// The float product's instruction set now; set_fp_isa("avx2") or ("best") chooses (same bits either way)
+std::string fp_isa() { return fp_avx512() ? "avx512" : "avx2"; }
+std::string set_fp_isa(const std::string& isa) {
+  TORCH_CHECK(isa == "avx2" || isa == "best", "set_fp_isa: 'avx2' or 'best', got '", isa, "'");
+  fp_avx512() = isa == "best" && cpu_has_avx512();
+  return fp_isa();
 }
 
 // q [R, H, D] fp32; ks, vs: per sequence [kv_heads, capacity, D] (one dtype); seq, ctx, n_extra [R] int64;
@@ -382,4 +438,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "row-invariant RMSNorm");
   m.def("layer", &layer, "one decoder layer: the op-by-op path's calls in one");
   m.def("silu_mul", &silu_mul, "silu(gate) * up");
+  m.def("fp_isa", &fp_isa, "the float product's instruction set: 'avx512' or 'avx2'");
+  m.def("set_fp_isa", &set_fp_isa, "'avx2' forces the AVX2 float product, 'best' restores the best (same bits)");
 }

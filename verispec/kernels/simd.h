@@ -127,4 +127,111 @@ void few_rows(const float* x, int64_t M, int64_t K, const T* wp, int64_t panels,
 constexpr int64_t KC = 128;   // k block: a panel slice of KC x 16 stays in L1 across a block of row tiles
 constexpr int64_t MC = 96;    // rows per block
 
+// ---- the same products on AVX-512 ----------------------------------------------------------------------------
+// One 16-lane register holds a panel's 16 outputs, so each FMA does the work of two AVX2 ones; lane for lane it is
+// the same fma(x[m, k], w[n, k], acc) for k ascending, so the bits are the AVX2 kernel's. 32 registers hold tiles
+// of up to 12 rows x 2 panels (24 accumulators, 2 weight vectors, 1 broadcast).
+#define VS_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
+
+VS_AVX512 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+VS_AVX512 inline __m512 load16(const at::BFloat16* p) {
+  __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+VS_AVX512 inline __m512 load16(const at::Half* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+template <int MT, int NP, typename T>
+VS_AVX512 inline void tile16(const float* x, int64_t ldx, const T* wp, int64_t panel_stride, int64_t k0, int64_t k1,
+                             float* acc_mem /*[MT] rows of lda*/, int64_t lda, const char* pf, int64_t pf_every) {
+  __m512 acc[MT][NP];
+  for (int m = 0; m < MT; ++m)
+    for (int p = 0; p < NP; ++p) acc[m][p] = _mm512_loadu_ps(acc_mem + m * lda + p * 16);
+  int64_t wait = 0;
+  for (int64_t k = k0; k < k1; ++k) {
+    if (pf && --wait <= 0) {
+      for (int p = 0; p < NP; ++p) _mm_prefetch(pf + p * panel_stride * sizeof(T), _MM_HINT_T0);
+      pf += 64, wait = pf_every;
+    }
+    __m512 w[NP];
+    for (int p = 0; p < NP; ++p) w[p] = load16(wp + p * panel_stride + k * 16);
+    for (int m = 0; m < MT; ++m) {
+      __m512 xb = _mm512_set1_ps(x[m * ldx + k]);
+      for (int p = 0; p < NP; ++p) acc[m][p] = _mm512_fmadd_ps(xb, w[p], acc[m][p]);
+    }
+  }
+  for (int m = 0; m < MT; ++m)
+    for (int p = 0; p < NP; ++p) _mm512_storeu_ps(acc_mem + m * lda + p * 16, acc[m][p]);
+}
+
+template <int NP, typename T>
+VS_AVX512 void rows_tile16(int64_t mt, const float* x, int64_t ldx, const T* wp, int64_t ps, int64_t k0, int64_t k1,
+                           float* a, int64_t lda, const char* pf, int64_t pf_every) {
+  switch (mt) {
+#define VS_T16(N) case N: tile16<N, NP>(x, ldx, wp, ps, k0, k1, a, lda, pf, pf_every); break;
+    VS_T16(1) VS_T16(2) VS_T16(3) VS_T16(4) VS_T16(5) VS_T16(6) VS_T16(7) VS_T16(8) VS_T16(9) VS_T16(10) VS_T16(11)
+#undef VS_T16
+    default: tile16<12, NP>(x, ldx, wp, ps, k0, k1, a, lda, pf, pf_every); break;
+  }
+}
+
+// One panel pair (p, p + 1) over mb rows of x: rows in even groups of <= 12; one sweep over K when one group holds
+// them all (weights streamed, prefetched 1 KiB ahead), else k blocks of 256 that stay in L1 across the groups, each
+// group prefetching its share of the next block. acc [mb, 32] scratch; writes y's rows m0 ...
+template <typename T>
+VS_AVX512 void pair16(const float* xb, int64_t mb, int64_t m0, int64_t K, const T* wp, int64_t panels, int64_t p,
+                      const float* bias, float* y, int64_t N, float* acc) {
+  const int64_t ps = K * 16, G = n_groups(mb, 12), every = std::max<int64_t>(1, 64 / (16 * sizeof(T)));
+  const int64_t np = std::min<int64_t>(2, panels - p), width = 16 * np, KB = 256;
+  const T* w = wp + p * ps;
+  std::fill(acc, acc + mb * width, 0.0f);
+  if (G == 1) {
+    const char* pf = reinterpret_cast<const char*>(w) + 1024;
+    if (np == 2) rows_tile16<2>(mb, xb, K, w, ps, 0, K, acc, width, pf, every);
+    else rows_tile16<1>(mb, xb, K, w, ps, 0, K, acc, width, pf, every);
+  } else {
+    for (int64_t k0 = 0; k0 < K; k0 += KB) {
+      const int64_t k1 = std::min<int64_t>(K, k0 + KB), kb = k1 - k0;
+      const int64_t lines = (KB * 16 * static_cast<int64_t>(sizeof(T)) + 63) / 64, share = (lines + G - 1) / G;
+      const char* next = reinterpret_cast<const char*>(w + k1 * 16);
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t r0 = group_first(mb, G, g), mt = group_first(mb, G, g + 1) - r0;
+        const char* pf = next + g * share * 64;
+        const int64_t pe = std::max<int64_t>(1, kb / share);
+        if (np == 2) rows_tile16<2>(mt, xb + r0 * K, K, w, ps, k0, k1, acc + r0 * width, width, pf, pe);
+        else rows_tile16<1>(mt, xb + r0 * K, K, w, ps, k0, k1, acc + r0 * width, width, pf, pe);
+      }
+    }
+  }
+  store_rows(acc, mb, width, p, m0, bias, y, N);
+}
+
+// y = x @ W.T (+ b) on AVX-512 for any M: blocks of up to 96 rows (their x stays in L2 while every panel pair passes
+// over it), each block's panel pairs shared by the threads.
+constexpr int64_t MB16 = 96;
+template <typename T>
+void linear16(const float* x, int64_t M, int64_t K, const T* wp, int64_t panels, const float* bias, float* y,
+              int64_t N) {
+  const int64_t pairs = (panels + 1) / 2;
+  for (int64_t m0 = 0; m0 < M; m0 += MB16) {
+    const int64_t mb = std::min(MB16, M - m0);
+    at::parallel_for(0, pairs, mb <= 12 ? 2 : 1, [&](int64_t b, int64_t e) {
+      alignas(64) float acc[MB16 * 32];
+      for (int64_t pp = b; pp < e; ++pp) pair16<T>(x + m0 * K, mb, m0, K, wp, panels, 2 * pp, bias, y, N, acc);
+    });
+  }
+}
+
+// Whether the CPU has AVX-512 (F, BW, DQ, VL); whether the float product uses it now (set_isa)
+inline bool cpu_has_avx512() {
+  static const bool v = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"));
+  return v;
+}
+inline bool& fp_avx512() {
+  static bool v = cpu_has_avx512();
+  return v;
+}
+
 }  // namespace
