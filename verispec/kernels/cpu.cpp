@@ -4,7 +4,8 @@
 // How: each output value is one fixed sequence of AVX2/FMA instructions (explicit intrinsics, compiled with
 // -ffp-contract=off, so the compiler can neither fuse nor reorder), and threads split only independent outputs,
 // never a reduction. The same instructions run on every x86-64 CPU with AVX2 and FMA (AVX2-only, AVX-512 and AMX
-// machines alike), so no kernel choice made by a BLAS library can change a bit.
+// machines alike), so no kernel choice made by a BLAS library can change a bit. Where the CPU has AVX-512 the
+// matrix product runs 16-lane FMAs instead (simd.h, linear16): lane for lane the same chains, so the same bits.
 //
 //   linear     y[m, n] = sum_k x[m, k] W[n, k] (+ b[n]), k ascending, one fp32 FMA chain per output
 //   attention  each row over its own logical key sequence (context slots, then extra slots), in fixed chunks of
