@@ -166,3 +166,30 @@ def test_real_model_rows_equal_the_reference(target_bf16):
         with ops.one_row_at_a_time() if reference else torch.inference_mode():
             outs.append(model.logits(model(tokens, torch.arange(ctx, ctx + n)[None], cache)))
     assert torch.equal(outs[0], outs[1])
+
+
+@torch.inference_mode()
+def test_a_long_prefill_split_into_row_blocks_equals_each_row_alone():
+    """A long pass (a prefill) is attended in blocks of rows that bound the kernel's partial outputs (~32 MB), and
+    rows of one sequence share each widened chunk of context keys: every row still equals its row attended alone.
+    32 heads of 128 make the block 2,048 (row, chunk) partials, so 600 causal rows span several blocks."""
+    from verispec.model.kv_cache import KVCache
+    lib = kernels.load()
+    assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
+    g = torch.Generator().manual_seed(5)
+    heads, kv_heads, d, n = 32, 8, 128, 600
+    qkv = torch.randn(n, (heads + 2 * kv_heads) * d, generator=g)
+    cos, sin = torch.randn(n, d // 2, generator=g), torch.randn(n, d // 2, generator=g)
+    out = []
+    for alone in (False, True):
+        cache = KVCache(1, 1, kv_heads, n, d, torch.bfloat16, torch.device("cpu"))
+        spans = [(i, i + 1) for i in range(n)] if alone else [(0, n)]
+        parts = []
+        for a, b in spans:
+            rows = ops.Rows.plan([(cache, 0, b - a, None)])
+            ks, vs = rows.caches(0)
+            parts.append(lib.attention_step(qkv[a:b], cos[a:b], sin[a:b], ks, vs, rows.seq, rows.slot, rows.ctx,
+                                            rows.extra, rows.n_extra, heads, d ** -0.5, ops.CHUNK))
+            cache.advance(b - a)
+        out.append(torch.cat(parts))
+    assert torch.equal(out[0].view(torch.int32), out[1].view(torch.int32))

@@ -110,32 +110,71 @@ inline void weigh_values(const float* p, int64_t n, const float* v, int64_t ld, 
   for (int u = 0; u < W; ++u) _mm256_storeu_ps(o + 8 * u, ov[u]);
 }
 
+// o[0 .. D) = sum_j p[j] v[j, 0 .. D) (v rows of stride ld), in passes of up to 64 outputs
+inline void weigh_all(const float* p, int64_t n, const float* v, int64_t D, int64_t ld, float* o) {
+  for (int64_t i0 = 0; i0 < D; i0 += 64) {
+    switch (std::min<int64_t>(8, (D - i0) / 8)) {
+      case 1: weigh_values<1>(p, n, v + i0, ld, o + i0); break;
+      case 2: weigh_values<2>(p, n, v + i0, ld, o + i0); break;
+      case 3: weigh_values<3>(p, n, v + i0, ld, o + i0); break;
+      case 4: weigh_values<4>(p, n, v + i0, ld, o + i0); break;
+      case 5: weigh_values<5>(p, n, v + i0, ld, o + i0); break;
+      case 6: weigh_values<6>(p, n, v + i0, ld, o + i0); break;
+      case 7: weigh_values<7>(p, n, v + i0, ld, o + i0); break;
+      default: weigh_values<8>(p, n, v + i0, ld, o + i0); break;
+    }
+  }
+}
+
+// One query's scaled scores over n8 keys, kf blocked [n8 / 8][D / 8][8 keys][8 dims]: per key, 8 lane accumulators
+// over the dims in order, then sum8x8.
+inline void scores8(const float* qh, const float* kf, int64_t n8, int64_t D, float scale, float* out) {
+  __m256 acc[8];
+  for (int64_t j = 0; j < n8; j += 8) {
+    const float* kb = kf + j * D;
+    for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < D; i += 8) {
+      __m256 qv = _mm256_loadu_ps(qh + i);
+      for (int u = 0; u < 8; ++u) acc[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kb + (i + u) * 8), acc[u]);
+    }
+    _mm256_storeu_ps(out + j, _mm256_mul_ps(sum8x8(acc), _mm256_set1_ps(scale)));
+  }
+}
+
 template <typename T>
-void attention_impl(const float* q, int64_t R, int64_t H, int64_t D, const std::vector<const T*>& ks,
-                    const std::vector<const T*>& vs, const std::vector<int64_t>& cap, int64_t hkv,
-                    const int64_t* seq, const int64_t* ctx, const int64_t* extra, int64_t E, const int64_t* n_extra,
-                    float scale, int64_t C, float* out) {
+void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std::vector<const T*>& ks,
+                     const std::vector<const T*>& vs, const std::vector<int64_t>& cap, int64_t hkv,
+                     const int64_t* seq, const int64_t* ctx, const int64_t* extra, int64_t E, const int64_t* n_extra,
+                     float scale, int64_t C, float* out) {
   // Partials m, l, o per (row, head, chunk of C logical keys), merged per (row, head) in chunk order below.
   // Work items (rows, kv head, chunk): a chunk's keys and values are widened to fp32 once and read by every query
-  // head of the group and every row of the item. A chunk wholly inside the context that all rows of a sequence see
-  // (a chain's or tree's prefix) is one item for a block of up to 8 of those rows; any other chunk is one item per
-  // row. Each score and output is the same instruction sequence either way, so grouping changes no bit.
+  // head of the group and every row of the item. A chunk of plain context slots (keys c*C .. c*C+C-1 all below the
+  // row's ctx: a chain's, tree's or prefill's context) is one item for up to 8 consecutive rows of a sequence that
+  // see it whole; any other chunk is one item per row. Each score and output is the same instruction sequence
+  // either way, so grouping changes no bit.
   std::vector<int64_t> first(R + 1, 0);
   for (int64_t r = 0; r < R; ++r) first[r + 1] = first[r] + (ctx[r] + n_extra[r] + C - 1) / C;
   const int64_t chunks = first[R], group = H / hkv;
   struct Item { int64_t r0, nr, c; };
   std::vector<Item> items;
   for (int64_t a = 0; a < R;) {
-    int64_t b = a, shared = ctx[a];
-    while (b < R && seq[b] == seq[a]) shared = std::min(shared, ctx[b++]);
-    const int64_t common = shared / C;                              // full chunks every row of [a, b) sees alike
-    for (int64_t c = 0; c < common; ++c)
-      for (int64_t r0 = a; r0 < b; r0 += 8) items.push_back({r0, std::min<int64_t>(8, b - r0), c});
-    for (int64_t r = a; r < b; ++r)
-      for (int64_t c = common; c < first[r + 1] - first[r]; ++c) items.push_back({r, 1, c});
+    int64_t b = a, most = 0;
+    while (b < R && seq[b] == seq[a]) most = std::max(most, first[b + 1] - first[b]), ++b;
+    for (int64_t c = 0; c < most; ++c) {
+      int64_t run = -1;                                             // first row of the open block of rows
+      for (int64_t r = a; r <= b; ++r) {
+        const bool plain = r < b && ctx[r] >= (c + 1) * C;           // keys c*C .. c*C+C-1 are context slots
+        if (run >= 0 && (!plain || r - run == 8)) items.push_back({run, r - run, c}), run = -1;
+        if (plain && run < 0) run = r;
+        else if (!plain && r < b && c < first[r + 1] - first[r]) items.push_back({r, 1, c});
+      }
+    }
     a = b;
   }
-  std::vector<float> pm(chunks * H), pl(chunks * H), po(chunks * H * D);
+  static thread_local std::vector<float> pm_buf, pl_buf, po_buf;    // the caller's, reused: no fresh pages per layer
+  if (po_buf.size() < static_cast<size_t>(chunks * H * D))
+    pm_buf.resize(chunks * H), pl_buf.resize(chunks * H), po_buf.resize(chunks * H * D);
+  float *const pm = pm_buf.data(), *const pl = pl_buf.data(), *const po = po_buf.data();
   // items differ in cost (rows x keys): each thread takes a contiguous run of about equal cost
   const int64_t n_items = static_cast<int64_t>(items.size()) * hkv, NT = std::max(1, at::get_num_threads());
   std::vector<int64_t> cost(n_items + 1, 0), bound(NT + 1, n_items);
@@ -147,7 +186,6 @@ void attention_impl(const float* q, int64_t R, int64_t H, int64_t D, const std::
     bound[t] = std::lower_bound(cost.begin(), cost.end(), cost[n_items] * t / NT) - cost.begin();
   at::parallel_for(0, NT, 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> s(8 * group * (C + 8)), kf((C + 8) * D), vf((C + 8) * D), mx(8 * group), l(8 * group);
-    __m256 acc[8];
     for (int64_t it = bound[t0]; it < bound[t1]; ++it) {
       const Item item = items[it / hkv];
       const int64_t g = it % hkv, r = item.r0, c = item.c, n_keys = ctx[r] + n_extra[r];
@@ -157,24 +195,14 @@ void attention_impl(const float* q, int64_t R, int64_t H, int64_t D, const std::
         int64_t slot = lj < ctx[r] ? lj : extra[r * E + (lj - ctx[r])];
         const T* kr = ks[sq] + (g * cap[sq] + slot) * D;
         const T* vr = vs[sq] + (g * cap[sq] + slot) * D;
-        for (int64_t i = 0; i < D; i += 8) {
-          _mm256_storeu_ps(kf.data() + j * D + i, load8(kr + i));
+        for (int64_t i = 0; i < D; i += 8) {                        // keys blocked: [j / 8][i / 8][j % 8][8]
+          _mm256_storeu_ps(kf.data() + (j / 8 * D + i + j % 8) * 8, load8(kr + i));
           _mm256_storeu_ps(vf.data() + j * D + i, load8(vr + i));
         }
       }
       const int64_t P = item.nr * group;                           // (row, head) pairs: p = (rr - r) * group + hh
-      for (int64_t p = 0; p < P; ++p) {
-        const float* qh = q + ((r + p / group) * H + g * group + p % group) * D;
-        for (int64_t j = 0; j < n8; j += 8) {
-          const float* kj = kf.data() + j * D;
-          for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
-          for (int64_t i = 0; i < D; i += 8) {
-            __m256 qv = _mm256_loadu_ps(qh + i);
-            for (int u = 0; u < 8; ++u) acc[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kj + u * D + i), acc[u]);
-          }
-          _mm256_storeu_ps(s.data() + p * (C + 8) + j, _mm256_mul_ps(sum8x8(acc), _mm256_set1_ps(scale)));
-        }
-      }
+      for (int64_t p = 0; p < P; ++p)
+        scores8(q + ((r + p / group) * H + g * group + p % group) * D, kf.data(), n8, D, scale, s.data() + p * (C + 8));
       // each pair's max and sum run over its keys in order, one chain per pair; the pairs' chains interleave
       for (int64_t p = 0; p < P; ++p) mx[p] = -INFINITY, l[p] = 0.0f;
       for (int64_t j = 0; j < n; ++j)
@@ -189,23 +217,11 @@ void attention_impl(const float* q, int64_t R, int64_t H, int64_t D, const std::
         for (int64_t p = 0; p < P; ++p) l[p] += s[p * (C + 8) + j];
       for (int64_t p = 0; p < P; ++p) {
         const int64_t slot_out = (first[r + p / group] + c) * H + g * group + p % group;
-        const float* sh = s.data() + p * (C + 8);
-        float* o = po.data() + slot_out * D;
-        for (int64_t i0 = 0; i0 < D; i0 += 64) {         // up to 8 independent lanes-of-8 per pass over the keys
-          switch (std::min<int64_t>(8, (D - i0) / 8)) {
-            case 1: weigh_values<1>(sh, n, vf.data() + i0, D, o + i0); break;
-            case 2: weigh_values<2>(sh, n, vf.data() + i0, D, o + i0); break;
-            case 3: weigh_values<3>(sh, n, vf.data() + i0, D, o + i0); break;
-            case 4: weigh_values<4>(sh, n, vf.data() + i0, D, o + i0); break;
-            case 5: weigh_values<5>(sh, n, vf.data() + i0, D, o + i0); break;
-            case 6: weigh_values<6>(sh, n, vf.data() + i0, D, o + i0); break;
-            case 7: weigh_values<7>(sh, n, vf.data() + i0, D, o + i0); break;
-            default: weigh_values<8>(sh, n, vf.data() + i0, D, o + i0); break;
-          }
-        }
         pm[slot_out] = mx[p];
         pl[slot_out] = l[p];
       }
+      for (int64_t p = 0; p < P; ++p)
+        weigh_all(s.data() + p * (C + 8), n, vf.data(), D, D, po + ((first[r + p / group] + c) * H + g * group + p % group) * D);
     }
   });
   at::parallel_for(0, R * H, 1, [&](int64_t b, int64_t e) {
@@ -219,15 +235,33 @@ void attention_impl(const float* q, int64_t R, int64_t H, int64_t D, const std::
       float l = 0.0f;
       for (int64_t c = 0; c < nc; ++c) l += w[c] * pl[(first[r] + c) * H + h];
       float* o = out + (r * H + h) * D;
+      weigh_all(w.data(), nc, po + (first[r] * H + h) * D, D, H * D, o);     // the chunks' outputs, in order
       __m256 lb = _mm256_set1_ps(l);
-      for (int64_t i = 0; i < D; i += 8) {
-        __m256 ov = _mm256_setzero_ps();
-        for (int64_t c = 0; c < nc; ++c)
-          ov = _mm256_fmadd_ps(_mm256_set1_ps(w[c]), _mm256_loadu_ps(po.data() + ((first[r] + c) * H + h) * D + i), ov);
-        _mm256_storeu_ps(o + i, _mm256_div_ps(ov, lb));
-      }
+      for (int64_t i = 0; i < D; i += 8) _mm256_storeu_ps(o + i, _mm256_div_ps(_mm256_loadu_ps(o + i), lb));
     }
   });
+}
+
+// attention_block over blocks of consecutive rows, each holding at most ~32 MB of partial outputs (a long prefill
+// would otherwise hold one per row, head and chunk of its whole context at once). Rows are independent, so
+// blocking changes no bit.
+template <typename T>
+void attention_impl(const float* q, int64_t R, int64_t H, int64_t D, const std::vector<const T*>& ks,
+                    const std::vector<const T*>& vs, const std::vector<int64_t>& cap, int64_t hkv,
+                    const int64_t* seq, const int64_t* ctx, const int64_t* extra, int64_t E, const int64_t* n_extra,
+                    float scale, int64_t C, float* out) {
+  const int64_t budget = std::max<int64_t>(1, (int64_t(8) << 20) / (H * D));   // (row, chunk) partials per block
+  for (int64_t r0 = 0; r0 < R;) {
+    int64_t r1 = r0, slots = 0;
+    while (r1 < R) {
+      const int64_t n = (ctx[r1] + n_extra[r1] + C - 1) / C;
+      if (r1 > r0 && slots + n > budget) break;
+      slots += n, ++r1;
+    }
+    attention_block<T>(q + r0 * H * D, r1 - r0, H, D, ks, vs, cap, hkv, seq + r0, ctx + r0, extra + r0 * E, E,
+                       n_extra + r0, scale, C, out + r0 * H * D);
+    r0 = r1;
+  }
 }
 
 #define VS_DISPATCH(dtype, NAME, ...)                                                         \
