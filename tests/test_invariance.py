@@ -193,3 +193,33 @@ def test_a_long_prefill_split_into_row_blocks_equals_each_row_alone():
             cache.advance(b - a)
         out.append(torch.cat(parts))
     assert torch.equal(out[0].view(torch.int32), out[1].view(torch.int32))
+
+
+def test_a_layer_sees_its_weights_change_after_decoding():
+    """A decoding layer's kernel arguments are built once (`ops._Fused`): a weight changed in place, replaced, or
+    converted to another dtype after a pass must give the new weights' output, as a fresh model does."""
+    torch.manual_seed(1)
+    model = Llama(CFG).eval().requires_grad_(False)
+    tokens, positions = torch.randint(0, CFG.vocab_size, (1, 5)), torch.arange(5)[None]
+
+    def run(m):
+        return m(tokens, positions, m.new_cache(8))
+
+    def fresh():
+        twin = Llama(CFG).eval().requires_grad_(False)
+        twin.load_state_dict(model.state_dict())
+        return twin.to(model.dtype)
+
+    with torch.inference_mode():
+        run(model)
+    with torch.no_grad():
+        model.layers[0].mlp.w2.weight.mul_(2)                                # in place
+    with torch.inference_mode():
+        assert torch.equal(run(model), run(fresh()))
+    model.layers[1].attn.wqkv.weight = torch.nn.Parameter(torch.randn_like(model.layers[1].attn.wqkv.weight),
+                                                          requires_grad=False)  # replaced
+    with torch.inference_mode():
+        assert torch.equal(run(model), run(fresh()))
+    model.to(torch.bfloat16)                                                   # another dtype
+    with torch.inference_mode():
+        assert torch.equal(run(model), run(fresh()))

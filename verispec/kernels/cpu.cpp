@@ -172,8 +172,8 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
     a = b;
   }
   static thread_local std::vector<float> pm_buf, pl_buf, po_buf;    // the caller's, reused: no fresh pages per layer
-  if (po_buf.size() < static_cast<size_t>(chunks * H * D))
-    pm_buf.resize(chunks * H), pl_buf.resize(chunks * H), po_buf.resize(chunks * H * D);
+  if (pm_buf.size() < static_cast<size_t>(chunks * H)) pm_buf.resize(chunks * H), pl_buf.resize(chunks * H);
+  if (po_buf.size() < static_cast<size_t>(chunks * H * D)) po_buf.resize(chunks * H * D);
   float *const pm = pm_buf.data(), *const pl = pl_buf.data(), *const po = po_buf.data();
   // items differ in cost (rows x keys): each thread takes a contiguous run of about equal cost
   const int64_t n_items = static_cast<int64_t>(items.size()) * hkv, NT = std::max(1, at::get_num_threads());

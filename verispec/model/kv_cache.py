@@ -34,6 +34,14 @@ class KVCache:
         v.narrow(2, self.length, n).copy_(v_new)
         return k.narrow(2, 0, end), v.narrow(2, 0, end)
 
+    def sequence(self, layer: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Batch entry b's keys and values of `layer`: two [kv_heads, capacity, head_dim] views (made once)."""
+        views = self.__dict__.setdefault("_views", {})
+        kv = views.get((layer, b))
+        if kv is None:
+            kv = views[(layer, b)] = (self.layers[layer][0][b], self.layers[layer][1][b])
+        return kv
+
     def advance(self, n: int) -> None:
         self.length += n
 

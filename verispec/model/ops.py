@@ -199,7 +199,7 @@ class Rows:
 
     def caches(self, layer: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """Each segment's keys and values of `layer`: two lists of [kv_heads, capacity, d]."""
-        kv = [(c.layers[layer][0][b], c.layers[layer][1][b]) for c, b, _, _ in self.segments]
+        kv = [c.sequence(layer, b) for c, b, _, _ in self.segments]
         return [k for k, _ in kv], [v for _, v in kv]
 
     @classmethod
@@ -250,20 +250,40 @@ def fused(x: torch.Tensor) -> bool:
     return not _reference[0] and x.dtype == torch.float32 and invariant(x)
 
 
+class _Fused:
+    """A block's arguments for one `layer` call (its weights' kernel layouts, widths, shapes), built once and rebuilt
+    when any of its parameters is replaced or changes in place: decoding then pays no Python per layer beyond this
+    check."""
+
+    def __init__(self, block):
+        a, m = block.attn, block.mlp
+        mods = (block.attn_norm, a.wqkv, a.wo, block.mlp_norm, m.w13, m.w2)
+        self.watch = [(mod._parameters, name, mod._parameters[name]) for mod in mods for name in ("weight", "bias")
+                      if mod._parameters.get(name) is not None]
+        self.stamp = [(t.data_ptr(), _version(t), t.dtype) for _, _, t in self.watch]
+        (wqkv, bqkv), (wo, _), (w13, _), (w2, _) = a.wqkv.panels(), a.wo.panels(), m.w13.panels(), m.w2.panels()
+        self.params = [block.attn_norm.weight32(), wqkv, torch.empty(0) if bqkv is None else bqkv, wo,
+                       block.mlp_norm.weight32(), w13, w2]
+        self.widths = [a.wqkv.out_features, a.wo.out_features, m.w13.out_features, m.w2.out_features]
+        self.shape = (a.h, block.attn_norm.eps, a.d ** -0.5)
+
+    def valid(self) -> bool:
+        return all(params.get(name) is t and (t.data_ptr(), _version(t), t.dtype) == stamp
+                   for (params, name, t), stamp in zip(self.watch, self.stamp))
+
+
 def layer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
     """block (a decoder layer: attn_norm, attn.wqkv, attn.wo, mlp_norm, mlp.w13, mlp.w2) over x [batch, n, D]
     fp32 in one kernel call: the op-by-op path's very calls, so the same bits."""
-    a, m = block.attn, block.mlp
-    (wqkv, bqkv), (wo, _), (w13, _), (w2, _) = a.wqkv.panels(), a.wo.panels(), m.w13.panels(), m.w2.panels()
-    empty = torch.empty(0)
-    params = [block.attn_norm.weight32(), wqkv, empty if bqkv is None else bqkv, wo, block.mlp_norm.weight32(),
-              w13, w2]
-    widths = [a.wqkv.out_features, a.wo.out_features, m.w13.out_features, m.w2.out_features]
+    f = block.__dict__.get("_fused")
+    if f is None or not f.valid():
+        f = block.__dict__["_fused"] = _Fused(block)
     ks, vs = rows.caches(index)
     b, t, d = x.shape
     cos, sin = (r.reshape(b * t, -1) for r in rope)
-    y = kernels.load().layer(x.reshape(b * t, d), params, widths, cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx,
-                             rows.extra, rows.n_extra, a.h, block.attn_norm.eps, a.d ** -0.5, CHUNK)
+    heads, eps, scale = f.shape
+    y = kernels.load().layer(x.reshape(b * t, d), f.params, f.widths, cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx,
+                             rows.extra, rows.n_extra, heads, eps, scale, CHUNK)
     return y.view(b, t, d)
 
 
