@@ -82,7 +82,8 @@ def cmd_doctor(args) -> int:
     for line in machine_lines():
         print(line)
     why = kernels.status()
-    print(f"kernels: {'row-invariant kernels (AVX2/FMA, AVX-512 where present), built in ' + str(kernels.build_dir()) if why is None else why}")
+    built = f"row-invariant kernels (AVX2/FMA, AVX-512 where present), built in {kernels.build_dir()}"
+    print(f"kernels: {built if why is None else why}")
     if why is None:
         lib = kernels.load()
         print(f"float products: {'AVX-512' if lib.fp_isa() == 'avx512' else 'AVX2'} (the same fp32 FMA chain per "

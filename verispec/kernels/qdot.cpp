@@ -202,9 +202,7 @@ void rows_tile(int64_t mt, const QWeight& w, int64_t p, const int8_t* xq, const 
 
 // Whether the CPU has AVX-512 VNNI (and BW, DQ, VL); whether the integer product uses it now (set_q8_isa)
 bool cpu_has_vnni() {
-  static const bool v = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-                         __builtin_cpu_supports("avx512vnni"));
+  static const bool v = cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");   // simd.h: F, BW, DQ, VL
   return v;
 }
 bool& q8_vnni() {

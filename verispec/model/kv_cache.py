@@ -16,6 +16,7 @@ class KVCache:
         self.k = torch.zeros(shape, dtype=dtype, device=device)  # [layers, batch, kv_heads, capacity, head_dim]
         self.v = torch.zeros(shape, dtype=dtype, device=device)  # [layers, batch, kv_heads, capacity, head_dim]
         self.layers = [(self.k[i], self.v[i]) for i in range(num_layers)]  # per layer [batch, kv_heads, capacity, d]
+        self._views: dict = {}                                    # (layer, batch entry) -> (k, v): `sequence`
         self.capacity = capacity
         self.length = 0
 
@@ -36,10 +37,9 @@ class KVCache:
 
     def sequence(self, layer: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Batch entry b's keys and values of `layer`: two [kv_heads, capacity, head_dim] views (made once)."""
-        views = self.__dict__.setdefault("_views", {})
-        kv = views.get((layer, b))
+        kv = self._views.get((layer, b))
         if kv is None:
-            kv = views[(layer, b)] = (self.layers[layer][0][b], self.layers[layer][1][b])
+            kv = self._views[(layer, b)] = (self.layers[layer][0][b], self.layers[layer][1][b])
         return kv
 
     def advance(self, n: int) -> None:
