@@ -1,4 +1,4 @@
-"""Whole-model pass cost: median ms of a pass over 1, 2, 4, 8 and 16 new rows after a short prompt, logits
+"""Whole-model pass cost: median ms of a pass over 1, 2, 4, 8, 16, 32 and 64 new rows after a short prompt, logits
 included, 2 threads. Usage: python scripts/step_cost.py MODEL DTYPE [prof] [--as-draft]   (e.g. qwen2.5-coder-1.5b
 gguf). --as-draft: the model as it drafts (a named draft's reduced output head, `api.draft_head`)."""
 import sys, time, torch
@@ -20,7 +20,7 @@ def step(n):
     c.truncate(pos)
     return dt
 import statistics
-for n in (1, 2, 4, 8, 16):
+for n in (1, 2, 4, 8, 16, 32, 64):
     ts = [step(n) for _ in range(5)]
     print(name, dtype, "as draft" if "--as-draft" in sys.argv else "", n, f"{statistics.median(ts)*1000:.1f} ms",
           flush=True)

@@ -100,26 +100,29 @@ def test_q8linear_is_its_reference_and_row_invariant(kind, n, k):
 
 @pytest.mark.parametrize("kind,n,k", SHAPES)
 def test_q8linear_gives_the_same_bits_with_every_instruction_set(kind, n, k):
-    """Where the CPU has AVX-512 VNNI, the integer product runs `vpdpbusd`; forced to AVX2 it runs `maddubs`. Both
-    form the same exact integer sums and the same float operations, so the same bits for every row count. On a
-    CPU without VNNI both runs are AVX2 (the check still runs; `verispec doctor` says which is in use)."""
+    """Forced to AVX2 the integer product runs `maddubs`; where the CPU has AVX-512 VNNI, `vpdpbusd`; where it has
+    AMX, tile products from 8 rows up. All form the same exact integer sums and the same float operations, so the
+    same bits for every row count, including rows in several tiles (37: three of 13, the last padded) and blocks
+    (150: 120 + 30). A CPU without VNNI or AMX runs what it has (the check still runs; `verispec doctor` says which
+    is in use)."""
     lib = kernels.load()
     assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
     p = quant.pack(random_blocks(kind, n, k, seed=6), kind, n, k)
-    x = torch.randn(37, k, generator=torch.Generator().manual_seed(7))
+    x = torch.randn(150, k, generator=torch.Generator().manual_seed(7))
     x[2, :32] = 0.0
     best = lib.q8_isa()
     try:
-        for m in (1, 2, 4, 5, 8, 37):
+        for m in (1, 2, 4, 5, 8, 16, 17, 37, 150):
             lib.set_q8_isa("avx2")
             assert lib.q8_isa() == "avx2"
             plain = quant.matmul_q8(x[:m], p)
-            lib.set_q8_isa("best")
+            for isa in ("avx512", "best"):
+                lib.set_q8_isa(isa)
+                assert same_bits(quant.matmul_q8(x[:m], p), plain), (lib.q8_isa(), m)
             assert lib.q8_isa() == best
-            assert same_bits(quant.matmul_q8(x[:m], p), plain), (best, m)
     finally:
         lib.set_q8_isa("best")
-    with pytest.raises(RuntimeError, match="'avx2' or 'best'"):
+    with pytest.raises(RuntimeError, match="'avx2', 'avx512' or 'best'"):
         lib.set_q8_isa("amx")
 
 
@@ -170,8 +173,9 @@ def test_real_gguf_tensors():
 
 
 def test_a_bad_instruction_set_choice_is_a_one_line_error(monkeypatch):
-    monkeypatch.setenv("VERISPEC_ISA", "avx512")
-    with pytest.raises(VerispecError, match="VERISPEC_ISA must be 'best' or 'avx2', got 'avx512'"):
+    monkeypatch.setenv("VERISPEC_ISA", "amx")
+    with pytest.raises(VerispecError, match="VERISPEC_ISA must be 'best', 'avx512' or 'avx2', got 'amx'"):
         kernels.isa_asked()
-    monkeypatch.setenv("VERISPEC_ISA", "avx2")
-    assert kernels.isa_asked() == "avx2"
+    for isa in ("avx2", "avx512"):
+        monkeypatch.setenv("VERISPEC_ISA", isa)
+        assert kernels.isa_asked() == isa

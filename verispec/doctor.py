@@ -88,8 +88,9 @@ def cmd_doctor(args) -> int:
         lib = kernels.load()
         print(f"float products: {'AVX-512' if lib.fp_isa() == 'avx512' else 'AVX2'} (the same fp32 FMA chain per "
               "output with either instruction set: the same bits)")
-        print(f"integer products (gguf-q8): {'AVX-512 VNNI' if lib.q8_isa() == 'vnni' else 'AVX2'} (exact integer "
-              "sums: the same bits with either instruction set)")
+        names = {"amx": "AMX tiles from 8 rows, AVX-512 VNNI below", "vnni": "AVX-512 VNNI", "avx2": "AVX2"}
+        print(f"integer products (gguf-q8): {names[lib.q8_isa()]} (exact integer sums: the same bits with every "
+              "instruction set)")
     target = Target.load(args.model, args.dtype, args.device)
     device = target.model.device
     print(f"model: {target.folder} ({args.dtype}, {device})")

@@ -2,9 +2,9 @@
 
 `load()` returns the compiled module, or None where it cannot be had (no AVX2/FMA, no compiler, not a CPU
 tensor): callers then use PyTorch's own operators, and `verispec doctor` reports that rows are not guaranteed to
-be invariant. Set VERISPEC_KERNELS=0 to force PyTorch's operators, and VERISPEC_ISA=avx2 to keep the products off
-AVX-512 (the float product) and AVX-512 VNNI (the integer product, gguf-q8) where the CPU has them: the same bits,
-more slowly, for comparisons.
+be invariant. Set VERISPEC_KERNELS=0 to force PyTorch's operators, VERISPEC_ISA=avx2 to keep the products off AVX-512 (the
+float product) and off AVX-512 VNNI and AMX (the integer product, gguf-q8) where the CPU has them, and
+VERISPEC_ISA=avx512 to keep the integer product off AMX: the same bits, more slowly, for comparisons.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 SOURCES = [Path(__file__).with_name(name) for name in ("cpu.cpp", "quant.cpp", "qdot.cpp", "qlayer.cpp")]
-HEADERS = [Path(__file__).with_name(name) for name in ("simd.h", "qweight.h")]
+HEADERS = [Path(__file__).with_name(name) for name in ("simd.h", "qweight.h", "qamx.h")]
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fno-fast-math", "-fopenmp"]
 _state: dict = {}
 
@@ -37,11 +37,11 @@ def cpu_flags() -> set[str]:
 
 
 def isa_asked() -> str:
-    """VERISPEC_ISA: 'best' (the default) or 'avx2'; anything else is a one-line error."""
+    """VERISPEC_ISA: 'best' (the default), 'avx512' or 'avx2'; anything else is a one-line error."""
     isa = os.environ.get("VERISPEC_ISA", "best")
-    if isa not in ("best", "avx2"):
+    if isa not in ("best", "avx512", "avx2"):
         from ..errors import VerispecError
-        raise VerispecError(f"VERISPEC_ISA must be 'best' or 'avx2', got {isa!r}")
+        raise VerispecError(f"VERISPEC_ISA must be 'best', 'avx512' or 'avx2', got {isa!r}")
     return isa
 
 

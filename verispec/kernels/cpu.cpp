@@ -295,11 +295,13 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor wp, int64_t N, c10::optional
   return y;
 }
 
-// The float product's instruction set now; set_fp_isa("avx2") or ("best") chooses (same bits either way)
+// The float product's instruction set now; set_fp_isa("avx2") or ("avx512", "best": AVX-512 where the CPU has it)
+// chooses (same bits either way)
 std::string fp_isa() { return fp_avx512() ? "avx512" : "avx2"; }
 std::string set_fp_isa(const std::string& isa) {
-  TORCH_CHECK(isa == "avx2" || isa == "best", "set_fp_isa: 'avx2' or 'best', got '", isa, "'");
-  fp_avx512() = isa == "best" && cpu_has_avx512();
+  TORCH_CHECK(isa == "avx2" || isa == "avx512" || isa == "best", "set_fp_isa: 'avx2', 'avx512' or 'best', got '",
+              isa, "'");
+  fp_avx512() = isa != "avx2" && cpu_has_avx512();
   return fp_isa();
 }
 

@@ -173,6 +173,7 @@ VNNI void tile512(const QWeight& w, int64_t p, const int8_t* xq, const float* dx
   }
 }
 
+constexpr int64_t AMX_MIN = 8;  // fewer rows: VNNI is as fast or faster (scripts/q8_isa_speed.py)
 template <bool V> constexpr int64_t MT_MAX = V ? 8 : 4;   // rows sharing each word's unpacked weights (registers)
 constexpr int64_t KB = 512;     // k per block when several row groups share a panel (its bytes stay in L1)
 
@@ -200,13 +201,18 @@ void rows_tile(int64_t mt, const QWeight& w, int64_t p, const int8_t* xq, const 
   }
 }
 
-// Whether the CPU has AVX-512 VNNI (and BW, DQ, VL); whether the integer product uses it now (set_q8_isa)
+// Whether the CPU has AVX-512 VNNI (and BW, DQ, VL)
 bool cpu_has_vnni() {
   static const bool v = cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");   // simd.h: F, BW, DQ, VL
   return v;
 }
-bool& q8_vnni() {
-  static bool v = cpu_has_vnni();
+}  // namespace
+#include "qamx.h"
+namespace {
+
+// The integer product's instruction set now (set_q8_isa): 0 AVX2, 1 AVX-512 VNNI, 2 AMX (VNNI below AMX_MIN rows)
+int& q8_level() {
+  static int v = cpu_has_amx() ? 2 : cpu_has_vnni() ? 1 : 0;
   return v;
 }
 
@@ -269,9 +275,10 @@ torch::Tensor q8linear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Te
   std::vector<int32_t> bs(M * (K / G));
   quantize_rows(x.data_ptr<float>(), M, K, static_cast<int>(kind), xq.data(), dx.data(), bs.data());
   float* yd = a.y.data_ptr<float>();
-  const bool v = q8_vnni();
-#define Q8_CASE(KIND) v ? q8_impl<KIND, true>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N) \
-                        : q8_impl<KIND, false>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N)
+  const int level = q8_level() == 2 && M < AMX_MIN ? 1 : q8_level();
+#define Q8_CASE(KIND) level == 2 ? amx_impl<KIND>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N) \
+                    : level == 1 ? q8_impl<KIND, true>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N) \
+                                 : q8_impl<KIND, false>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N)
   switch (kind) {
     case Q8_0: Q8_CASE(Q8_0); break;
     case Q5_0: Q8_CASE(Q5_0); break;
@@ -283,17 +290,20 @@ torch::Tensor q8linear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Te
   return a.y;
 }
 
-// The integer product's instruction set now; set_q8_isa("avx2") or ("best") chooses (same bits either way)
-std::string q8_isa() { return q8_vnni() ? "vnni" : "avx2"; }
+// The integer product's instruction set now; set_q8_isa("avx2"), ("avx512": VNNI, never AMX) or ("best") chooses
+// (the same bits with each)
+std::string q8_isa() { return q8_level() == 2 ? "amx" : q8_level() == 1 ? "vnni" : "avx2"; }
 std::string set_q8_isa(const std::string& isa) {
-  TORCH_CHECK(isa == "avx2" || isa == "best", "set_q8_isa: 'avx2' or 'best', got '", isa, "'");
-  q8_vnni() = isa == "best" && cpu_has_vnni();
+  TORCH_CHECK(isa == "avx2" || isa == "avx512" || isa == "best", "set_q8_isa: 'avx2', 'avx512' or 'best', got '",
+              isa, "'");
+  q8_level() = isa == "avx2" ? 0 : isa == "avx512" || !cpu_has_amx() ? (cpu_has_vnni() ? 1 : 0) : 2;
   return q8_isa();
 }
 
 void register_qdot(pybind11::module& m) {
   m.def("q8linear", &q8linear, "row-invariant linear layer over GGUF-quantized weights with 8-bit activations and "
         "exact integer dot products (--dtype gguf-q8)");
-  m.def("q8_isa", &q8_isa, "the integer product's instruction set: 'vnni' (AVX-512 VNNI) or 'avx2'");
-  m.def("set_q8_isa", &set_q8_isa, "'avx2' forces the AVX2 integer product, 'best' restores the best (same bits)");
+  m.def("q8_isa", &q8_isa, "the integer product's instruction set: 'amx', 'vnni' (AVX-512 VNNI) or 'avx2'");
+  m.def("set_q8_isa", &set_q8_isa, "'avx2' forces the AVX2 integer product, 'avx512' AVX-512 VNNI without AMX, "
+        "'best' the best (the same bits with each)");
 }
