@@ -2,8 +2,9 @@
 trees of 4, 8, 16, 32 and 64 nodes (+ root), after 256 cached tokens, medians of 15 passes, default model.
 Run it from two checkouts to compare versions side by side:
 
-    python scripts/tree_cost.py [fp32]
+    python scripts/tree_cost.py [DTYPE]      (bf16, the default; fp32, gguf or gguf-q8)
     PYTHONPATH=/path/to/other/checkout python scripts/tree_cost.py
+    VERISPEC_ISA=avx512 python scripts/tree_cost.py gguf-q8      (the integer product kept off AMX)
 """
 import statistics
 import sys
@@ -49,4 +50,7 @@ def main(context=256, dtype="bf16"):
 
 
 if __name__ == "__main__":
-    main(dtype="fp32" if "fp32" in sys.argv[1:] else "bf16")
+    dtype = sys.argv[1] if len(sys.argv) > 1 else "bf16"
+    if dtype not in ("bf16", "fp32", "gguf", "gguf-q8"):
+        sys.exit(f"tree_cost.py: DTYPE must be bf16, fp32, gguf or gguf-q8, got {dtype!r}")
+    main(dtype=dtype)
