@@ -18,8 +18,8 @@ from . import kernels
 
 def machine_lines() -> list[str]:
     flags = kernels.cpu_flags()
-    shown = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
-             if f in flags]
+    shown = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_int8",
+                         "amx_bf16") if f in flags]
     model = next((line.split(":", 1)[1].strip() for line in kernels.cpu_flags_lines()
                   if line.startswith("model name")), "?")
     return [f"machine: {platform.machine()}, {model}, {torch.get_num_threads()} threads",
