@@ -1,4 +1,4 @@
-"""The integer product (`q8linear`, --dtype gguf-q8) on AVX2, AVX-512 VNNI and the best here (AMX tiles from 4 rows
+"""The integer product (`q8linear`, --dtype gguf-q8) on AVX2, AVX-512 VNNI and the best here (AMX tiles from 8 rows
 where the CPU has AMX), side by side: median ms of 15 calls over synthetic packed weights of the 1.5B's shapes, by
 row count, 2 threads. Same bits with each (tests/test_quant.py). A CPU without VNNI or AMX runs what it has in
 those columns. Usage: python scripts/q8_isa_speed.py"""

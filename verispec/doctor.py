@@ -88,7 +88,8 @@ def cmd_doctor(args) -> int:
         lib = kernels.load()
         print(f"float products: {'AVX-512' if lib.fp_isa() == 'avx512' else 'AVX2'} (the same fp32 FMA chain per "
               "output with either instruction set: the same bits)")
-        names = {"amx": "AMX tiles from 8 rows, AVX-512 VNNI below", "vnni": "AVX-512 VNNI", "avx2": "AVX2"}
+        names = {"amx": f"AMX tiles from {lib.q8_amx_rows()} rows, AVX-512 VNNI below", "vnni": "AVX-512 VNNI",
+                 "avx2": "AVX2"}
         print(f"integer products (gguf-q8): {names[lib.q8_isa()]} (exact integer sums: the same bits with every "
               "instruction set)")
     target = Target.load(args.model, args.dtype, args.device)

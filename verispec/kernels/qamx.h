@@ -36,29 +36,26 @@ struct alignas(64) TileConfig {        // the `ldtilecfg` operand, palette 1
 
 constexpr int64_t AMX_ROWS = 16;       // rows per A tile
 
-// Rows [m0, m0 + R) of group g's sums S [R, 16] -> acc, with tile512's float operations lane for lane (R fixed at
-// compile time, so the rows' chains interleave)
+// Rows per A tile for M rows (balanced, at least 8), and the rows the activations are padded to: whole tiles
+inline int64_t amx_tile_rows(int64_t M) {
+  const int64_t tiles = (M + AMX_ROWS - 1) / AMX_ROWS;
+  return std::max<int64_t>(8, (M + tiles - 1) / tiles);
+}
+inline int64_t amx_padded_rows(int64_t M) { return amx_tile_rows(M) * ((M + AMX_ROWS - 1) / AMX_ROWS); }
+
+// Rows [m0, m0 + R) of group g's sums S [R, 16] -> acc, with `tile512`'s float operations (add_term) lane for lane
+// (R fixed at compile time, so the rows' chains interleave)
 template <int KIND, int R>
 VS_AMX inline void amx_combine(const QWeight& w, int64_t p, int64_t g, int64_t m0, const float* dx, const float* bs,
                                const int32_t* S, float* acc) {
   using T = Traits<KIND>;
   const int64_t nb = w.K / 32, ng = w.K / T::G;
-  __m256 s2[2], o2[2];
-  group_scales<KIND>(w, p, g, s2, o2);
-  const __m512 s = join(s2[0], s2[1]);
-  __m512 o = _mm512_setzero_ps();
-  if constexpr (nibbles(KIND)) o = join(o2[0], o2[1]);
+  __m512 s, o;
+  scales16<KIND>(w, p, g, s, o);
   for (int r = 0; r < R; ++r) {
     const int64_t m = m0 + r;
-    const __m512 dxm = _mm512_set1_ps(dx[m * nb + g / 32]);
-    const __m512 Si = _mm512_cvtepi32_ps(_mm512_load_si512(S + r * 16));
-    __m512 t;
-    if constexpr (nibbles(KIND))
-      t = _mm512_add_ps(_mm512_mul_ps(s, Si), _mm512_mul_ps(o, _mm512_set1_ps(bs[m * ng + g / T::G])));
-    else
-      t = _mm512_mul_ps(s, Si);
-    float* a = acc + m * 16;
-    _mm512_storeu_ps(a, _mm512_add_ps(_mm512_loadu_ps(a), _mm512_mul_ps(dxm, t)));
+    add_term<KIND>(s, o, _mm512_cvtepi32_ps(_mm512_load_si512(S + r * 16)), _mm512_set1_ps(bs[m * ng + g / T::G]),
+                   _mm512_set1_ps(dx[m * nb + g / 32]), acc + m * 16);
   }
 }
 
@@ -130,24 +127,18 @@ VS_AMX void amx_panels(int64_t b, int64_t e, const int8_t* xq, int64_t Mp, const
   _tile_release();
 }
 
-// y [M, N] (+ bias) from xq [M, K]: rows in tiles of R = ceil(M / tiles), at least 8 (the activations copied with
-// zero rows to fill the last tile); blocks of up to 8 tiles, whose activations stay in cache while every panel
-// passes over them, each block's panels shared by the threads (the lambda only calls: it takes no target
-// attributes)
+// y [M, N] (+ bias) from xq, dx, bs holding amx_padded_rows(M) rows (the padding zero): rows in tiles of
+// amx_tile_rows(M); blocks of up to 8 tiles, whose activations stay in cache while every panel passes over them,
+// each block's panels shared by the threads (the lambda only calls: it takes no target attributes)
 template <int KIND>
 void amx_impl(const int8_t* xq, const float* dx, const int32_t* bs, int64_t M, const QWeight& w, int64_t panels,
               const float* bias, float* y, int64_t N) {
-  const int64_t K = w.K, nb = K / 32, ng = K / Traits<KIND>::G;
-  const int64_t tiles = (M + AMX_ROWS - 1) / AMX_ROWS, R = std::max<int64_t>(8, (M + tiles - 1) / tiles), Mp = R * tiles;
-  std::vector<int8_t> xp(Mp * K, 0);
-  std::vector<float> dxp(Mp * nb, 0.0f), bsf(Mp * ng, 0.0f);           // bsf: the activation sums as floats (exact)
-  std::copy(xq, xq + M * K, xp.begin());
-  std::copy(dx, dx + M * nb, dxp.begin());
-  std::copy(bs, bs + M * ng, bsf.begin());
+  const int64_t K = w.K, nb = K / 32, ng = K / Traits<KIND>::G, R = amx_tile_rows(M), Mp = amx_padded_rows(M);
+  const std::vector<float> bsf(bs, bs + Mp * ng);                     // the activation sums as floats (exact)
   for (int64_t m0 = 0; m0 < Mp; m0 += 8 * R) {
     const int64_t mp = std::min(8 * R, Mp - m0), mv = std::min(mp, M - m0);   // rows in the block; of them, real
-    const int8_t* xb = xp.data() + m0 * K;
-    const float *db = dxp.data() + m0 * nb, *bb = bsf.data() + m0 * ng;
+    const int8_t* xb = xq + m0 * K;
+    const float *db = dx + m0 * nb, *bb = bsf.data() + m0 * ng;
     float* yb = y + m0 * N;
     at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
       switch (R) {

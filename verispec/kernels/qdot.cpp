@@ -122,6 +122,23 @@ void tile(const QWeight& w, int64_t p, const int8_t* xq, const float* dx, const 
 VNNI inline __m512i bcast512(const int8_t* p) { int32_t v; std::memcpy(&v, p, 4); return _mm512_set1_epi32(v); }
 VNNI inline __m512 join(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
 
+// group_scales for a panel's 16 outputs in one register each (o zero but for nibble kinds)
+template <int KIND>
+VNNI inline void scales16(const QWeight& w, int64_t p, int64_t g, __m512& s, __m512& o) {
+  __m256 s2[2], o2[2];
+  group_scales<KIND>(w, p, g, s2, o2);
+  s = join(s2[0], s2[1]);
+  o = nibbles(KIND) ? join(o2[0], o2[1]) : _mm512_setzero_ps();
+}
+
+// acc a[16] += dx * t, t a scale group's term from its exact integer sum Sf (as float, any lift taken off) and,
+// for nibble kinds, the activations' sum b: the one float sequence of `tile512` and the AMX tiles (qamx.h)
+template <int KIND>
+VNNI inline void add_term(__m512 s, __m512 o, __m512 Sf, __m512 b, __m512 dxm, float* a) {
+  const __m512 t = nibbles(KIND) ? _mm512_add_ps(_mm512_mul_ps(s, Sf), _mm512_mul_ps(o, b)) : _mm512_mul_ps(s, Sf);
+  _mm512_storeu_ps(a, _mm512_add_ps(_mm512_loadu_ps(a), _mm512_mul_ps(dxm, t)));
+}
+
 // `tile` with AVX-512 VNNI: one 64-byte load is a k step of the panel's 16 outputs, and `vpdpbusd` adds each
 // output's 4 products (unsigned weight byte x signed activation byte) into its int32 sum exactly. Q8_0's signed
 // weights are lifted by 128 like Q5_0's and Q6_K's by 2^b, and the lift taken off with the activation sums, so S
@@ -135,11 +152,8 @@ VNNI void tile512(const QWeight& w, int64_t p, const int8_t* xq, const float* dx
   const uint8_t* qp = w.q + p * (K / T::U) * 64;
   const __m512i nib = _mm512_set1_epi8(0x0F), lift = _mm512_set1_epi8(static_cast<char>(1 << LIFT));
   for (int64_t g = k0; g < k1; g += T::G) {
-    __m256 s2[2], o2[2];
-    group_scales<KIND>(w, p, g, s2, o2);
-    const __m512 s = join(s2[0], s2[1]);
-    __m512 o = _mm512_setzero_ps();
-    if constexpr (nibbles(KIND)) o = join(o2[0], o2[1]);
+    __m512 s, o;
+    scales16<KIND>(w, p, g, s, o);
     __m512i S[MT];
     for (int m = 0; m < MT; ++m) S[m] = _mm512_setzero_si512();
     for (int64_t k = g; k < g + T::G; k += T::U) {
@@ -159,16 +173,10 @@ VNNI void tile512(const QWeight& w, int64_t p, const int8_t* xq, const float* dx
       }
     }
     for (int m = 0; m < MT; ++m) {
-      const __m512 dxm = _mm512_set1_ps(dx[m * nb + g / 32]);
       const int32_t b = bs[m * ng + g / T::G];
-      __m512 t;
-      if constexpr (nibbles(KIND))
-        t = _mm512_add_ps(_mm512_mul_ps(s, _mm512_cvtepi32_ps(S[m])),
-                          _mm512_mul_ps(o, _mm512_set1_ps(static_cast<float>(b))));
-      else
-        t = _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_sub_epi32(S[m], _mm512_set1_epi32(b << LIFT))));
-      float* a = acc + m * 16;
-      _mm512_storeu_ps(a, _mm512_add_ps(_mm512_loadu_ps(a), _mm512_mul_ps(dxm, t)));
+      const __m512i Si = nibbles(KIND) ? S[m] : _mm512_sub_epi32(S[m], _mm512_set1_epi32(b << LIFT));
+      add_term<KIND>(s, o, _mm512_cvtepi32_ps(Si), _mm512_set1_ps(static_cast<float>(b)),
+                     _mm512_set1_ps(dx[m * nb + g / 32]), acc + m * 16);
     }
   }
 }
@@ -270,12 +278,13 @@ torch::Tensor q8linear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Te
   QArgs a = quant_args("q8linear", x, kind, q, sc, mn, d, dmin, N, bias);
   if (a.M == 0) return a.y;
   const int64_t M = a.M, K = a.K, G = kind == Q6_K ? 16 : 32;
-  std::vector<int8_t> xq(M * K);
-  std::vector<float> dx(M * (K / 32));
-  std::vector<int32_t> bs(M * (K / G));
+  const int level = q8_level() == 2 && M < AMX_MIN ? 1 : q8_level();
+  const int64_t rows = level == 2 ? amx_padded_rows(M) : M;         // AMX: whole tiles, the padding rows zero
+  std::vector<int8_t> xq(rows * K);
+  std::vector<float> dx(rows * (K / 32));
+  std::vector<int32_t> bs(rows * (K / G));
   quantize_rows(x.data_ptr<float>(), M, K, static_cast<int>(kind), xq.data(), dx.data(), bs.data());
   float* yd = a.y.data_ptr<float>();
-  const int level = q8_level() == 2 && M < AMX_MIN ? 1 : q8_level();
 #define Q8_CASE(KIND) level == 2 ? amx_impl<KIND>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N) \
                     : level == 1 ? q8_impl<KIND, true>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N) \
                                  : q8_impl<KIND, false>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N)
@@ -304,6 +313,7 @@ void register_qdot(pybind11::module& m) {
   m.def("q8linear", &q8linear, "row-invariant linear layer over GGUF-quantized weights with 8-bit activations and "
         "exact integer dot products (--dtype gguf-q8)");
   m.def("q8_isa", &q8_isa, "the integer product's instruction set: 'amx', 'vnni' (AVX-512 VNNI) or 'avx2'");
+  m.def("q8_amx_rows", [] { return AMX_MIN; }, "the fewest rows the integer product runs on AMX tiles");
   m.def("set_q8_isa", &set_q8_isa, "'avx2' forces the AVX2 integer product, 'avx512' AVX-512 VNNI without AMX, "
         "'best' the best (the same bits with each)");
 }
