@@ -1,8 +1,8 @@
 """Verify cost: T(pass)/T(1) for chains of k = 1..8 draft tokens (k + 1 rows) and for breadth-first top-2 token
-trees of 4, 8, 16, 32 and 64 nodes (+ root), after 256 cached tokens, medians of 15 passes, default model.
-Run it from two checkouts to compare versions side by side:
+trees of 4, 8, 16, 32 and 64 nodes (+ root), after CONTEXT cached tokens (default 256), medians of 15 passes,
+default model. Run it from two checkouts to compare versions side by side:
 
-    python scripts/tree_cost.py [DTYPE]      (bf16, the default; fp32, gguf or gguf-q8)
+    python scripts/tree_cost.py [DTYPE [CONTEXT]]      (bf16, the default; fp32, gguf or gguf-q8)
     PYTHONPATH=/path/to/other/checkout python scripts/tree_cost.py
     VERISPEC_ISA=avx512 python scripts/tree_cost.py gguf-q8      (the integer product kept off AMX)
 """
@@ -36,7 +36,8 @@ def main(context=256, dtype="bf16"):
         model.logits(model(tokens, positions, cache, mask))
 
     base = median_time(lambda: run(torch.randint(0, 1000, (1, 1)), torch.tensor([[context]])))
-    print(f"plain step {base * 1e3:.1f} ms ({dtype}, {torch.get_num_threads()} threads)", flush=True)
+    print(f"plain step {base * 1e3:.1f} ms ({dtype}, {torch.get_num_threads()} threads, {context} cached tokens)",
+          flush=True)
     for k in range(1, 9):
         t = median_time(lambda: run(torch.randint(0, 1000, (1, k + 1)), torch.arange(context, context + k + 1)[None]))
         print(f"chain k={k}: {t / base:.2f}", flush=True)
@@ -53,4 +54,7 @@ if __name__ == "__main__":
     dtype = sys.argv[1] if len(sys.argv) > 1 else "bf16"
     if dtype not in ("bf16", "fp32", "gguf", "gguf-q8"):
         sys.exit(f"tree_cost.py: DTYPE must be bf16, fp32, gguf or gguf-q8, got {dtype!r}")
-    main(dtype=dtype)
+    context = sys.argv[2] if len(sys.argv) > 2 else "256"
+    if not context.isdigit() or not 1 <= int(context) <= 8000:
+        sys.exit(f"tree_cost.py: CONTEXT must be 1 to 8000 cached tokens, got {context!r}")
+    main(int(context), dtype)

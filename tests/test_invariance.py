@@ -49,6 +49,44 @@ def test_the_float_product_gives_the_same_bits_with_every_instruction_set(dtype)
         lib.set_fp_isa("amx")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("heads, kv_heads, d", [(9, 3, 64), (12, 2, 128), (14, 2, 64), (4, 4, 32), (3, 1, 24)])
+def test_attention_gives_the_same_bits_with_every_instruction_set(dtype, heads, kv_heads, d):
+    """On AVX-512 attention runs its scores, exponentials and weighted values 16 lanes wide, a block of query heads
+    sharing each key and value load; forced to AVX2 it runs the 8-lane sequences that define the bits. Rows of
+    three sequences (a prefill-like chain, a tree with extra slots, one decoding row) over contexts that end inside,
+    on and past the chunk boundaries, head sizes 24 to 128 (24: no 16-lane value path) and 1 to 7 query heads per
+    key head: every output equals the AVX2 one bit for bit. On a CPU without AVX-512 both runs are AVX2."""
+    lib = kernels.load()
+    assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
+    g = torch.Generator().manual_seed(11)
+    cap = 300
+    ks = [(torch.randn(kv_heads, cap, d, generator=g) * 2).to(dtype) for _ in range(3)]
+    vs = [torch.randn(kv_heads, cap, d, generator=g).to(dtype) for _ in range(3)]
+    seq, ctx, extra, n_extra = [], [], [], []
+    for r in range(70):                          # sequence 0: a chain of 70 rows after 100 context slots
+        seq.append(0), ctx.append(101 + r), extra.append([]), n_extra.append(0)
+    for r in range(9):                           # sequence 1: 9 tree rows after 128 slots, each with its ancestors
+        anc = sorted(torch.randperm(9, generator=g)[:r % 5].tolist())
+        seq.append(1), ctx.append(128), extra.append([128 + a for a in anc] + [128 + 9 + r]), n_extra.append(len(anc) + 1)
+    seq.append(2), ctx.append(257), extra.append([]), n_extra.append(0)
+    width = max(len(e) for e in extra)
+    extra = torch.tensor([e + [0] * (width - len(e)) for e in extra], dtype=torch.long)
+    q = torch.randn(len(seq), heads, d, generator=g)
+    args = (ks, vs, torch.tensor(seq), torch.tensor(ctx), extra, torch.tensor(n_extra), d ** -0.5, ops.CHUNK)
+    best = lib.fp_isa()
+    try:
+        lib.set_fp_isa("avx2")
+        narrow = lib.attention(q, *args)
+    finally:
+        lib.set_fp_isa("best")
+    wide = lib.attention(q, *args)
+    alone = torch.cat([lib.attention(q[i:i + 1], ks, vs, args[2][i:i + 1], args[3][i:i + 1], extra[i:i + 1],
+                                     args[5][i:i + 1], *args[6:]) for i in range(len(seq))])
+    assert torch.equal(wide.view(torch.int32), narrow.view(torch.int32)), (best, heads, kv_heads, d)
+    assert torch.equal(wide.view(torch.int32), alone.view(torch.int32)), (best, heads, kv_heads, d)
+
+
 @pytest.fixture(scope="module", params=["fp32", "bf16"])
 def tiny(request):
     torch.manual_seed(0)

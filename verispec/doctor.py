@@ -86,8 +86,8 @@ def cmd_doctor(args) -> int:
     print(f"kernels: {built if why is None else why}")
     if why is None:
         lib = kernels.load()
-        print(f"float products: {'AVX-512' if lib.fp_isa() == 'avx512' else 'AVX2'} (the same fp32 FMA chain per "
-              "output with either instruction set: the same bits)")
+        print(f"float products and attention: {'AVX-512' if lib.fp_isa() == 'avx512' else 'AVX2'} (the same fp32 "
+              "instruction sequence per output with either instruction set: the same bits)")
         names = {"amx": f"AMX tiles from {lib.q8_amx_rows()} rows, AVX-512 VNNI below", "vnni": "AVX-512 VNNI",
                  "avx2": "AVX2"}
         print(f"integer products (gguf-q8): {names[lib.q8_isa()]} (exact integer sums: the same bits with every "

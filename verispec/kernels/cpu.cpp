@@ -5,7 +5,8 @@
 // -ffp-contract=off, so the compiler can neither fuse nor reorder), and threads split only independent outputs,
 // never a reduction. The same instructions run on every x86-64 CPU with AVX2 and FMA (AVX2-only, AVX-512 and AMX
 // machines alike), so no kernel choice made by a BLAS library can change a bit. Where the CPU has AVX-512 the
-// matrix product runs 16-lane FMAs instead (simd.h, linear16): lane for lane the same chains, so the same bits.
+// matrix product (simd.h, linear16) and attention (attention.h) run 16-lane instructions instead: lane for lane the
+// same chains, so the same bits.
 //
 //   linear     y[m, n] = sum_k x[m, k] W[n, k] (+ b[n]), k ascending, one fp32 FMA chain per output
 //   attention  each row over its own logical key sequence (context slots, then extra slots), in fixed chunks of
@@ -15,6 +16,7 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include "simd.h"
+#include "attention.h"
 #include <cmath>
 #include <type_traits>
 #include <string>
@@ -30,27 +32,6 @@ inline float hsum(__m256 v) {
   a = _mm_add_ps(a, _mm_movehl_ps(a, a));
   a = _mm_add_ss(a, _mm_shuffle_ps(a, a, 1));
   return _mm_cvtss_f32(a);
-}
-
-// exp(x) for 8 lanes (Cephes-style range reduction and polynomial, ~2 ulp); exp(-inf) = 0, x < -87.3 -> 0
-inline __m256 exp8(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.0f), lo = _mm256_set1_ps(-87.3365478515625f);
-  __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
-  r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-  return _mm256_andnot_ps(under, y);
 }
 
 
@@ -85,184 +66,6 @@ void linear_impl(const float* x, int64_t M, int64_t K, const T* wp, int64_t pane
   });
 }
 
-// ---- attention ---------------------------------------------------------------------------------------------
-// 8 dot-product accumulators -> their 8 sums, one per lane, by one fixed tree (adjacent pairs, then pairs of
-// pairs, then the two 128-bit halves). Every score goes through this tree: a chunk's last keys are padded with
-// copies of a real key whose results are dropped, so no key takes another path.
-inline __m256 sum8x8(const __m256* a) {
-  __m256 t0 = _mm256_hadd_ps(a[0], a[1]), t1 = _mm256_hadd_ps(a[2], a[3]);
-  __m256 t2 = _mm256_hadd_ps(a[4], a[5]), t3 = _mm256_hadd_ps(a[6], a[7]);
-  __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  // u0 = [s0 s1 s2 s3 | s0' s1' s2' s3'] (low halves | high halves of keys 0-3), u1 likewise for keys 4-7
-  __m256 lo = _mm256_permute2f128_ps(u0, u1, 0x20), hi = _mm256_permute2f128_ps(u0, u1, 0x31);
-  return _mm256_add_ps(lo, hi);
-}
-
-// o[0 .. 8W) = sum_j p[j] v[j, 0 .. 8W), j ascending: W independent accumulators of 8 lanes (v rows of stride ld)
-template <int W>
-inline void weigh_values(const float* p, int64_t n, const float* v, int64_t ld, float* o) {
-  __m256 ov[W];
-  for (int u = 0; u < W; ++u) ov[u] = _mm256_setzero_ps();
-  for (int64_t j = 0; j < n; ++j) {
-    __m256 pj = _mm256_set1_ps(p[j]);
-    for (int u = 0; u < W; ++u) ov[u] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * ld + 8 * u), ov[u]);
-  }
-  for (int u = 0; u < W; ++u) _mm256_storeu_ps(o + 8 * u, ov[u]);
-}
-
-// o[0 .. D) = sum_j p[j] v[j, 0 .. D) (v rows of stride ld), in passes of up to 64 outputs
-inline void weigh_all(const float* p, int64_t n, const float* v, int64_t D, int64_t ld, float* o) {
-  for (int64_t i0 = 0; i0 < D; i0 += 64) {
-    switch (std::min<int64_t>(8, (D - i0) / 8)) {
-      case 1: weigh_values<1>(p, n, v + i0, ld, o + i0); break;
-      case 2: weigh_values<2>(p, n, v + i0, ld, o + i0); break;
-      case 3: weigh_values<3>(p, n, v + i0, ld, o + i0); break;
-      case 4: weigh_values<4>(p, n, v + i0, ld, o + i0); break;
-      case 5: weigh_values<5>(p, n, v + i0, ld, o + i0); break;
-      case 6: weigh_values<6>(p, n, v + i0, ld, o + i0); break;
-      case 7: weigh_values<7>(p, n, v + i0, ld, o + i0); break;
-      default: weigh_values<8>(p, n, v + i0, ld, o + i0); break;
-    }
-  }
-}
-
-// One query's scaled scores over n8 keys, kf blocked [n8 / 8][D / 8][8 keys][8 dims]: per key, 8 lane accumulators
-// over the dims in order, then sum8x8.
-inline void scores8(const float* qh, const float* kf, int64_t n8, int64_t D, float scale, float* out) {
-  __m256 acc[8];
-  for (int64_t j = 0; j < n8; j += 8) {
-    const float* kb = kf + j * D;
-    for (int u = 0; u < 8; ++u) acc[u] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < D; i += 8) {
-      __m256 qv = _mm256_loadu_ps(qh + i);
-      for (int u = 0; u < 8; ++u) acc[u] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kb + (i + u) * 8), acc[u]);
-    }
-    _mm256_storeu_ps(out + j, _mm256_mul_ps(sum8x8(acc), _mm256_set1_ps(scale)));
-  }
-}
-
-template <typename T>
-void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std::vector<const T*>& ks,
-                     const std::vector<const T*>& vs, const std::vector<int64_t>& cap, int64_t hkv,
-                     const int64_t* seq, const int64_t* ctx, const int64_t* extra, int64_t E, const int64_t* n_extra,
-                     float scale, int64_t C, float* out) {
-  // Partials m, l, o per (row, head, chunk of C logical keys), merged per (row, head) in chunk order below.
-  // Work items (rows, kv head, chunk): a chunk's keys and values are widened to fp32 once and read by every query
-  // head of the group and every row of the item. A chunk of plain context slots (keys c*C .. c*C+C-1 all below the
-  // row's ctx: a chain's, tree's or prefill's context) is one item for up to 8 consecutive rows of a sequence that
-  // see it whole; any other chunk is one item per row. Each score and output is the same instruction sequence
-  // either way, so grouping changes no bit.
-  std::vector<int64_t> first(R + 1, 0);
-  for (int64_t r = 0; r < R; ++r) first[r + 1] = first[r] + (ctx[r] + n_extra[r] + C - 1) / C;
-  const int64_t chunks = first[R], group = H / hkv;
-  struct Item { int64_t r0, nr, c; };
-  std::vector<Item> items;
-  for (int64_t a = 0; a < R;) {
-    int64_t b = a, most = 0;
-    while (b < R && seq[b] == seq[a]) most = std::max(most, first[b + 1] - first[b]), ++b;
-    for (int64_t c = 0; c < most; ++c) {
-      int64_t run = -1;                                             // first row of the open block of rows
-      for (int64_t r = a; r <= b; ++r) {
-        const bool plain = r < b && ctx[r] >= (c + 1) * C;           // keys c*C .. c*C+C-1 are context slots
-        if (run >= 0 && (!plain || r - run == 8)) items.push_back({run, r - run, c}), run = -1;
-        if (plain && run < 0) run = r;
-        else if (!plain && r < b && c < first[r + 1] - first[r]) items.push_back({r, 1, c});
-      }
-    }
-    a = b;
-  }
-  static thread_local std::vector<float> pm_buf, pl_buf, po_buf;    // the caller's, reused: no fresh pages per layer
-  if (pm_buf.size() < static_cast<size_t>(chunks * H)) pm_buf.resize(chunks * H), pl_buf.resize(chunks * H);
-  if (po_buf.size() < static_cast<size_t>(chunks * H * D)) po_buf.resize(chunks * H * D);
-  float *const pm = pm_buf.data(), *const pl = pl_buf.data(), *const po = po_buf.data();
-  // items differ in cost (rows x keys): each thread takes a contiguous run of about equal cost
-  const int64_t n_items = static_cast<int64_t>(items.size()) * hkv, NT = std::max(1, at::get_num_threads());
-  std::vector<int64_t> cost(n_items + 1, 0), bound(NT + 1, n_items);
-  for (int64_t it = 0; it < n_items; ++it) {
-    const Item& m = items[it / hkv];
-    cost[it + 1] = cost[it] + m.nr * (std::min(ctx[m.r0] + n_extra[m.r0], (m.c + 1) * C) - m.c * C + 8);
-  }
-  for (int64_t t = 0; t < NT; ++t)
-    bound[t] = std::lower_bound(cost.begin(), cost.end(), cost[n_items] * t / NT) - cost.begin();
-  at::parallel_for(0, NT, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<float> s(8 * group * (C + 8)), kf((C + 8) * D), vf((C + 8) * D), mx(8 * group), l(8 * group);
-    for (int64_t it = bound[t0]; it < bound[t1]; ++it) {
-      const Item item = items[it / hkv];
-      const int64_t g = it % hkv, r = item.r0, c = item.c, n_keys = ctx[r] + n_extra[r];
-      const int64_t j0 = c * C, n = std::min(n_keys, j0 + C) - j0, n8 = (n + 7) / 8 * 8, sq = seq[r];
-      for (int64_t j = 0; j < n8; ++j) {                            // the chunk's keys and values in fp32
-        int64_t lj = j0 + std::min(j, n - 1);                       // padding repeats the last real key
-        int64_t slot = lj < ctx[r] ? lj : extra[r * E + (lj - ctx[r])];
-        const T* kr = ks[sq] + (g * cap[sq] + slot) * D;
-        const T* vr = vs[sq] + (g * cap[sq] + slot) * D;
-        for (int64_t i = 0; i < D; i += 8) {                        // keys blocked: [j / 8][i / 8][j % 8][8]
-          _mm256_storeu_ps(kf.data() + (j / 8 * D + i + j % 8) * 8, load8(kr + i));
-          _mm256_storeu_ps(vf.data() + j * D + i, load8(vr + i));
-        }
-      }
-      const int64_t P = item.nr * group;                           // (row, head) pairs: p = (rr - r) * group + hh
-      for (int64_t p = 0; p < P; ++p)
-        scores8(q + ((r + p / group) * H + g * group + p % group) * D, kf.data(), n8, D, scale, s.data() + p * (C + 8));
-      // each pair's max and sum run over its keys in order, one chain per pair; the pairs' chains interleave
-      for (int64_t p = 0; p < P; ++p) mx[p] = -INFINITY, l[p] = 0.0f;
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t p = 0; p < P; ++p) mx[p] = std::max(mx[p], s[p * (C + 8) + j]);
-      for (int64_t p = 0; p < P; ++p) {
-        float* sh = s.data() + p * (C + 8);
-        for (int64_t j = n; j < n8; ++j) sh[j] = -INFINITY;
-        __m256 vm = _mm256_set1_ps(mx[p]);
-        for (int64_t j = 0; j < n8; j += 8) _mm256_storeu_ps(sh + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(sh + j), vm)));
-      }
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t p = 0; p < P; ++p) l[p] += s[p * (C + 8) + j];
-      for (int64_t p = 0; p < P; ++p) {
-        const int64_t slot_out = (first[r + p / group] + c) * H + g * group + p % group;
-        pm[slot_out] = mx[p];
-        pl[slot_out] = l[p];
-      }
-      for (int64_t p = 0; p < P; ++p)
-        weigh_all(s.data() + p * (C + 8), n, vf.data(), D, D, po + ((first[r + p / group] + c) * H + g * group + p % group) * D);
-    }
-  });
-  at::parallel_for(0, R * H, 1, [&](int64_t b, int64_t e) {
-    for (int64_t rh = b; rh < e; ++rh) {
-      int64_t r = rh / H, h = rh % H, nc = first[r + 1] - first[r];
-      float mx = -INFINITY;
-      for (int64_t c = 0; c < nc; ++c) mx = std::max(mx, pm[(first[r] + c) * H + h]);
-      std::vector<float> w((nc + 7) / 8 * 8, -INFINITY);
-      for (int64_t c = 0; c < nc; ++c) w[c] = pm[(first[r] + c) * H + h] - mx;
-      for (size_t c = 0; c < w.size(); c += 8) _mm256_storeu_ps(w.data() + c, exp8(_mm256_loadu_ps(w.data() + c)));
-      float l = 0.0f;
-      for (int64_t c = 0; c < nc; ++c) l += w[c] * pl[(first[r] + c) * H + h];
-      float* o = out + (r * H + h) * D;
-      weigh_all(w.data(), nc, po + (first[r] * H + h) * D, D, H * D, o);     // the chunks' outputs, in order
-      __m256 lb = _mm256_set1_ps(l);
-      for (int64_t i = 0; i < D; i += 8) _mm256_storeu_ps(o + i, _mm256_div_ps(_mm256_loadu_ps(o + i), lb));
-    }
-  });
-}
-
-// attention_block over blocks of consecutive rows, each holding at most ~32 MB of partial outputs (a long prefill
-// would otherwise hold one per row, head and chunk of its whole context at once). Rows are independent, so
-// blocking changes no bit.
-template <typename T>
-void attention_impl(const float* q, int64_t R, int64_t H, int64_t D, const std::vector<const T*>& ks,
-                    const std::vector<const T*>& vs, const std::vector<int64_t>& cap, int64_t hkv,
-                    const int64_t* seq, const int64_t* ctx, const int64_t* extra, int64_t E, const int64_t* n_extra,
-                    float scale, int64_t C, float* out) {
-  const int64_t budget = std::max<int64_t>(1, (int64_t(8) << 20) / (H * D));   // (row, chunk) partials per block
-  for (int64_t r0 = 0; r0 < R;) {
-    int64_t r1 = r0, slots = 0;
-    while (r1 < R) {
-      const int64_t n = (ctx[r1] + n_extra[r1] + C - 1) / C;
-      if (r1 > r0 && slots + n > budget) break;
-      slots += n, ++r1;
-    }
-    attention_block<T>(q + r0 * H * D, r1 - r0, H, D, ks, vs, cap, hkv, seq + r0, ctx + r0, extra + r0 * E, E,
-                       n_extra + r0, scale, C, out + r0 * H * D);
-    r0 = r1;
-  }
-}
 
 #define VS_DISPATCH(dtype, NAME, ...)                                                         \
   [&] {                                                                                      \
