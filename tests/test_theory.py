@@ -116,6 +116,39 @@ def test_auto_k_needs_a_predicted_gain_above_the_margin():
         assert auto.next_k() == (k if gain >= 1 + MARGIN else 0), alpha
 
 
+def test_a_draft_models_tree_is_gated_from_its_chains_profile():
+    """draft-tree has no expected yield of its own: its prior is the chain's yield at the draft's profiled alpha,
+    and a cycle costs the tree's verification plus one draft pass per depth at the chain's per-token c. A draft
+    that the profile says fails decodes plainly (the gate shut draft-tree's 0.58x on general prompts); one that
+    the profile says succeeds verifies the whole tree."""
+    from verispec.autok import CostProfile
+    from verispec.tree import topk_per_depth
+    tree = topk_per_depth([2, 2, 1, 1, 1])                      # 18 nodes, 5 deep
+    curve = {n: 1 + 0.05 * (n - 1) for n in range(1, 17)}
+    tree_curve = {4: 1.15, 8: 1.35, 16: 2.0, 32: 3.6}
+    weak = CostProfile(curve, {"draft": 0.09}, {"draft": 0.5}, tree_curve=tree_curve).tree_chooser("draft-tree", tree)
+    assert weak.cost == pytest.approx(2.0 + 2 * (3.6 - 2.0) / 16 + 5 * 0.09)
+    assert weak.mean_accepted == pytest.approx(sum(0.5 ** i for i in range(1, 6)))
+    assert weak.next_k() == 0
+    strong = CostProfile(curve, {"draft": 0.09}, {"draft": 0.9}, tree_curve=tree_curve).tree_chooser("draft-tree", tree)
+    assert strong.next_k() == 5
+    measured = CostProfile(curve, {"draft": 0.09, "draft-tree": 0.3}, {"draft": 0.9}, tree_curve=tree_curve)
+    assert measured.tree_chooser("draft-tree", tree).cost == pytest.approx(weak.cost - 5 * 0.09 + 0.3)
+
+
+def test_auto_k_gates_draft_tree_in_the_engine(target_fp32):
+    from verispec.api import DEFAULT_DRAFT
+    from verispec.autok import AutoTree, CostProfile
+    from verispec.engine import GenerationConfig, Sequence
+    from verispec.model import loader
+    from verispec.proposers.draft_tree import DraftTreeProposer
+    model, tok = target_fp32
+    draft, _, _ = loader.load(DEFAULT_DRAFT, "fp32", need_tokenizer=False, target_embedding=model.embed.weight)
+    seq = Sequence(model, DraftTreeProposer(draft), tok.prompt_ids("Hi"), GenerationConfig(max_new_tokens=4, k="auto"),
+                   CostProfile())
+    assert isinstance(seq.auto, AutoTree) and seq.auto.depth == 5
+
+
 def test_auto_tree_verifies_while_the_tree_pays_and_decodes_plainly_when_it_does_not():
     from verispec.autok import MARGIN, AutoTree
     auto = AutoTree(cost=1.5, depth=3, prior_accepted=1.0, probe_every=4, max_probe_every=8)

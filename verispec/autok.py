@@ -18,6 +18,7 @@ from .errors import VerispecError
 from .theory import best_k, cost_ratio, expected_tokens, monotone_curve, speedup
 
 DEFAULT_ALPHA = {"ngram": 0.45, "draft": 0.55}
+CHAIN_OF = {"draft-tree": "draft"}   # a tree method drafted by a chain method's model: its alpha and c per token
 # Speculate only where the formula predicts a gain above 10%: it does not see per-cycle overheads (sampling over
 # the vocabulary at several positions, the draft's catch-up pass, Python), which cost a few percent of a step
 # here. Without the margin, auto lost 9% on random-token prompts at T = 1.5 with the draft (alpha 0.26).
@@ -97,9 +98,19 @@ class CostProfile:
         chain = sum(a ** i for i in range(1, depth + 1))                  # E[accepted] of a depth-long chain
         return AutoTree(self.tree_cost(nodes) + self.draft_cost.get(method, 0.05), depth, chain)
 
-    def tree_chooser(self, method: str, tree, expected_accepted: float) -> "AutoTree":
-        return AutoTree(self.tree_cost(tree.size) + self.draft_cost.get(method, 0.05), tree.depth,
-                        expected_accepted)
+    def tree_chooser(self, method: str, tree, expected_accepted: float | None = None) -> "AutoTree":
+        """Verify the static `tree` or decode plainly. `expected_accepted` None (a draft model's tree, whose yield
+        is not known ahead): the prior is the chain's yield at the method's chain alpha (the tree holds that
+        chain), and a cycle's drafting, where the profile has no per-cycle cost for `method`, is one draft pass
+        per depth at the chain's per-token cost."""
+        chain = CHAIN_OF.get(method, method)
+        c = self.draft_cost.get(method)
+        if expected_accepted is None:
+            a = min(self.alpha.get(chain, DEFAULT_ALPHA.get(chain, 0.5)), 0.999)
+            expected_accepted = sum(a ** i for i in range(1, tree.depth + 1))
+            if c is None:
+                c = tree.depth * self.draft_cost.get(chain, 0.05)
+        return AutoTree(self.tree_cost(tree.size) + (0.05 if c is None else c), tree.depth, expected_accepted)
 
 
 class _Probing:

@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from .autok import CostProfile
+from .autok import CHAIN_OF, CostProfile
 from .errors import VerispecError
 from .model.llama import Llama
 from .proposers.base import Proposal, Proposer
@@ -103,14 +103,15 @@ class Sequence:
         self.cache, self.cached_tokens = None, []   # cached_tokens: tokens whose keys/values are in self.cache
         self.out: list[int] = []
         self.finish_reason: str | None = None
-        # k = "auto": chains choose k every cycle; a tree proposer that knows its expected yield (Medusa) verifies
-        # its whole tree or decodes plainly, whichever is predicted faster; other tree proposers always draft
+        # k = "auto": chains choose k every cycle; a static tree whose yield the proposer knows (Medusa) or whose
+        # drafter has a chain's profile (draft-tree: `CHAIN_OF`) is verified whole or not at all, whichever is
+        # predicted faster; so is a dynamic tree; EAGLE's static tree always drafts
         self.auto = None
         if cfg.k == "auto" and proposer is not None:
             expected = proposer.expected_accepted
             if not proposer.makes_trees:
                 self.auto = profile.chooser(proposer.name, cfg.k_max)
-            elif tree is not None and expected is not None:
+            elif tree is not None and (expected is not None or proposer.name in CHAIN_OF):
                 self.auto = profile.tree_chooser(proposer.name, tree.cut(cfg.k_max), expected)
             elif tree is None:   # a dynamic tree: verify its nodes, at most k_max deep, or decode plainly
                 self.auto = profile.dynamic_tree_chooser(proposer.name, proposer.max_nodes, cfg.k_max)
