@@ -75,3 +75,26 @@ def test_profile_writes_a_profile_that_auto_k_reads(tmp_path, tiny_dir):
     again = CostProfile.load(out)
     assert again.batch_scale == {4: 1.2} and again.batch_curve[4][2] == 1.5     # re-profiling keeps them,
     assert again.alpha["draft"] == 0.6 and again.draft_cost["draft"] == 0.1      # and methods it did not run
+
+
+def test_a_shipped_profile_takes_this_machines_draft_cost(target_bf16, tmp_path, monkeypatch):
+    """A draft's c is the ratio of two models' passes and differs by machine: with the shipped profile, a draft
+    model's engine gets c measured here once (cached: the second engine reads it back); a profile the user measured
+    (`verispec profile`) is kept as it is, and proposers without a draft model are left alone."""
+    from verispec.api import engine_profile, make_proposer
+    from verispec.autok import CostProfile
+    shipped = target_bf16.profile()                     # the shipped profile, this machine's verify costs (cached)
+    assert "verify_costs" in shipped.meta
+    monkeypatch.setenv("VERISPEC_HOME", str(tmp_path))
+    draft = make_proposer("draft", target_bf16)
+    tuned = engine_profile(target_bf16, draft, profile=shipped)
+    assert "draft_cost" in tuned.meta and 0 < tuned.draft_cost["draft"] < 1
+    cached = list((tmp_path / "profiles").glob("draft-*.json"))
+    assert len(cached) == 1 and json.loads(cached[0].read_text())["draft"] == tuned.draft_cost["draft"]
+    cached[0].write_text(json.dumps({"draft": 0.123}))
+    tree = make_proposer("draft-tree", target_bf16)
+    assert engine_profile(target_bf16, tree, profile=shipped).draft_cost["draft"] == 0.123
+    own = CostProfile(draft_cost={"draft": 0.3}, measured=True)
+    assert engine_profile(target_bf16, draft, profile=own).draft_cost["draft"] == 0.3
+    ngram = make_proposer("ngram", target_bf16)
+    assert engine_profile(target_bf16, ngram, profile=shipped).draft_cost == shipped.draft_cost

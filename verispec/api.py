@@ -227,7 +227,21 @@ def eagle_proposer(target: Target, head: str | None = None, tree: str | None = N
 def make_engine(method: str, target: Target, draft: str | None = None, ngram_max: int = 3,
                 tree: str | None = None) -> Engine:
     """An engine for `method` on `target`, with the target's cost profile for k = "auto"."""
-    return Engine(target.model, make_proposer(method, target, draft, ngram_max, tree=tree), target.profile())
+    proposer = make_proposer(method, target, draft, ngram_max, tree=tree)
+    return Engine(target.model, proposer, engine_profile(target, proposer, draft))
+
+
+def engine_profile(target: Target, proposer: Proposer | None, draft: str | None = None,
+                   profile: CostProfile | None = None) -> CostProfile:
+    """The cost profile for `proposer` on `target` (`profile`, default the target's): where it is the shipped one
+    and the proposer drafts with a draft model, with that draft's cost measured on this machine
+    (`machine_draft_cost`), since a draft's c differs by machine as much as the verify costs do."""
+    profile = profile or target.profile()
+    from .proposers.draft_model import DraftModelProposer
+    if isinstance(proposer, DraftModelProposer) and "verify_costs" in profile.meta:
+        from .profile import machine_draft_cost
+        profile = machine_draft_cost(target, proposer, profile, draft or default_draft(target))
+    return profile
 
 
 def check_same_vocab(target: Target, draft_model: Llama, draft_tok: Tokenizer | None) -> None:

@@ -179,6 +179,43 @@ def machine_costs(model, base: CostProfile, name: str, dtype: str) -> CostProfil
     return replace(base, curve=curve, tree_curve=trees, meta={**base.meta, "verify_costs": f"this machine ({path})"})
 
 
+def machine_draft_cost(target, proposer, base: CostProfile, draft: str) -> CostProfile:
+    """`base` (a shipped profile, with this machine's verify costs) with this machine's c for a draft model:
+    seconds per drafted token (k = 4 proposals after 256 cached tokens) over one target pass, measured once per
+    machine, target, draft, dtype, torch and thread count (a few seconds) and cached. A draft's c is the ratio of
+    two models' passes, and it differs by machine: the Qwen pair's shipped 0.55, measured on an AVX2 VM, made
+    `--k auto` give up on the 0.5B on code prompts on an AMX Xeon (0.98x) where it measures 0.35 and k = 4 gives
+    1.39x. `draft`: the draft's name or path (its identity in the cache key)."""
+    import hashlib
+    import json
+    import sys
+    from dataclasses import replace
+
+    from . import kernels
+    from .engine import Engine
+    from .files import atomic_file
+    from .model.loader import home
+    from .proposers.draft_model import DraftModelProposer
+    model = target.model
+    cpu = kernels.cpu_flags_lines() if model.device.type == "cpu" else [torch.cuda.get_device_name(model.device)]
+    key = hashlib.sha1(json.dumps([cpu, torch.__version__, torch.get_num_threads(), target.folder, str(draft),
+                                   target.dtype, str(model.device),
+                                   kernels.status() or [kernels.build_dir().name, kernels.isa(kernels.load())]]
+                                  ).encode()).hexdigest()[:12]
+    path = home() / "profiles" / f"draft-{key}.json"
+    try:
+        c = float(json.loads(path.read_text())["draft"])
+    except (OSError, ValueError, KeyError, TypeError):
+        print("verispec: measuring this machine's draft cost for --k auto (once, a few seconds) ...", file=sys.stderr)
+        context = torch.randint(0, model.cfg.vocab_size, (256,), generator=torch.Generator().manual_seed(0)).tolist()
+        step = cost_curve(model, [1], 256, 3)[1]
+        c = draft_cost(Engine(model, DraftModelProposer(proposer.model)), context, repeats=5) / step
+        with atomic_file(path) as f:
+            json.dump({"draft": c}, f)
+    return replace(base, draft_cost={**base.draft_cost, "draft": c},
+                   meta={**base.meta, "draft_cost": f"this machine ({path})"})
+
+
 def default_profile_path(folder: str, dtype: str, device) -> "Path":
     from pathlib import Path
 

@@ -21,7 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
-from ..api import METHODS, Target, make_proposer
+from ..api import METHODS, Target, engine_profile, make_proposer
 from ..engine import GenerationConfig, Sequence
 from ..errors import VerispecError
 from ..proposers.base import fork
@@ -65,6 +65,8 @@ class Server:
         self._proposers = {}
         for m in allowed:                           # every allowed method's weights load now, never later
             self._proposers[m] = self._load(m)
+            # a draft model's c, measured on this machine once (the batch shares this profile object)
+            self.profile.draft_cost.update(engine_profile(target, self._proposers[m], draft, self.profile).draft_cost)
         self.acceptance = acceptance                # "typical": LOSSY, tree methods only (Sequence checks)
         if acceptance == "typical" and not self._proposers[method].makes_trees:
             raise VerispecError(f"--acceptance typical needs a tree method (draft-tree, medusa, eagle), not {method}")

@@ -77,11 +77,12 @@ def parse_methods(text: str | None) -> list[str] | None:
 def decode_batch(target, method: str, prompt_ids: list[list[int]], cfg, concurrency: int, draft=None):
     """Serve the prompts with continuous batching at a fixed concurrency: `concurrency` sequences decode together
     and each one that finishes is replaced by the next prompt. Returns (seconds, sequences), prefills included."""
-    from ..api import make_proposer
+    from ..api import engine_profile, make_proposer
     from ..engine import Sequence
     from ..proposers.base import fork
     from .batch import Batch
-    base, profile = make_proposer(method, target, draft), target.profile()
+    base = make_proposer(method, target, draft)
+    profile = engine_profile(target, base, draft)
     seqs = [Sequence(target.model, fork(base), ids, cfg, profile) for ids in prompt_ids]
     batch, waiting = Batch(target.model, profile), list(reversed(seqs))
     t0 = time.perf_counter()
