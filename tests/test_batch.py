@@ -53,9 +53,11 @@ def run_alone(target, method, prompt_ids, cfg):
 
 
 def sequences(target, methods, cfgs):
-    from verispec.api import make_proposer
-    engines = {m: Engine(target.model, make_proposer(m, target), target.profile()) for m in set(methods)}
-    return [Engine(target.model, fork(engines[m].proposer), target.profile()).sequence(
+    """Each method's sequences with the profile its engine alone gets (`make_engine`: for a draft model, the
+    draft's c measured on this machine), as the server gives them."""
+    from verispec.api import make_engine
+    engines = {m: make_engine(m, target) for m in set(methods)}
+    return [Engine(target.model, fork(engines[m].proposer), engines[m].profile).sequence(
         target.tokenizer.prompt_ids(p), cfg) for p, m, cfg in zip(PROMPTS, methods, cfgs)]
 
 
