@@ -320,8 +320,9 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         op[p] = po + ((first[r + p / group] + c) * H + g * group + p % group) * D;
       }
       scores_all(wide, qp.data(), P, kf.data(), n8, D, scale, sp.data());
-      // each pair's max over its keys (exact: any order gives the same value), then exp, then its sum over the keys
-      // in order, one chain per pair; the pairs' chains interleave
+      // each pair's max over its keys (exact: any order gives the same value, up to a zero's sign, which no later
+      // step sees: the max only enters exp(s - max)), then exp, then its sum over the keys in order, one chain per
+      // pair; the pairs' chains interleave
       for (int64_t p = 0; p < P; ++p) {
         float* sh = sp[p];
         for (int64_t j = n; j < n8; ++j) sh[j] = -INFINITY;
