@@ -74,6 +74,19 @@ def checks(model, rows: int) -> list[tuple[str, bool]]:
     return out
 
 
+def fingerprint_line(target) -> str:
+    """This machine's fingerprint of the model, against the one recorded on another machine where there is one."""
+    from .fingerprint import fingerprint, reference
+    mine = fingerprint(target.model)
+    ref = reference(target.name, target.dtype)
+    if ref is None:
+        return f"fingerprint: {mine} (the logits' bits on a fixed pass; none recorded for this model, dtype and torch)"
+    if ref["digest"] == mine:
+        return f"fingerprint: {mine}, the same bits as recorded on {ref['machine']}: this machine decodes what it does"
+    return (f"fingerprint: {mine}, NOT the {ref['digest']} recorded on {ref['machine']}: outputs here can differ "
+            "from that machine's (the bitwise promise on this machine is the checks above)")
+
+
 def cmd_doctor(args) -> int:
     from .api import Target
     if args.rows < 1:
@@ -98,6 +111,8 @@ def cmd_doctor(args) -> int:
     results = checks(target.model, args.rows)
     for what, held in results:
         print(f"  {'ok  ' if held else 'FAIL'} {what}")
+    if device.type == "cpu":
+        print(fingerprint_line(target))
     if all(held for _, held in results):
         print("guarantee: bitwise. Greedy speculative output equals plain decoding's, and a request's output does "
               "not depend on its batch, on this machine, torch and dtype.")
