@@ -134,9 +134,13 @@ VNNI inline void scales16(const QWeight& w, int64_t p, int64_t g, __m512& s, __m
 // acc a[16] += dx * t, t a scale group's term from its exact integer sum Sf (as float, any lift taken off) and,
 // for nibble kinds, the activations' sum b: the one float sequence of `tile512` and the AMX tiles (qamx.h)
 template <int KIND>
-VNNI inline void add_term(__m512 s, __m512 o, __m512 Sf, __m512 b, __m512 dxm, float* a) {
+VNNI inline __m512 add_term(__m512 s, __m512 o, __m512 Sf, __m512 b, __m512 dxm, __m512 a) {
   const __m512 t = nibbles(KIND) ? _mm512_add_ps(_mm512_mul_ps(s, Sf), _mm512_mul_ps(o, b)) : _mm512_mul_ps(s, Sf);
-  _mm512_storeu_ps(a, _mm512_add_ps(_mm512_loadu_ps(a), _mm512_mul_ps(dxm, t)));
+  return _mm512_add_ps(a, _mm512_mul_ps(dxm, t));
+}
+template <int KIND>
+VNNI inline void add_term(__m512 s, __m512 o, __m512 Sf, __m512 b, __m512 dxm, float* a) {
+  _mm512_storeu_ps(a, add_term<KIND>(s, o, Sf, b, dxm, _mm512_loadu_ps(a)));
 }
 
 // `tile` with AVX-512 VNNI: one 64-byte load is a k step of the panel's 16 outputs, and `vpdpbusd` adds each
@@ -151,6 +155,8 @@ VNNI void tile512(const QWeight& w, int64_t p, const int8_t* xq, const float* dx
   const int64_t K = w.K, nb = K / 32, ng = K / T::G;
   const uint8_t* qp = w.q + p * (K / T::U) * 64;
   const __m512i nib = _mm512_set1_epi8(0x0F), lift = _mm512_set1_epi8(static_cast<char>(1 << LIFT));
+  __m512 A[MT];                                                       // the rows' accumulators, in registers
+  for (int m = 0; m < MT; ++m) A[m] = _mm512_loadu_ps(acc + m * 16);
   for (int64_t g = k0; g < k1; g += T::G) {
     __m512 s, o;
     scales16<KIND>(w, p, g, s, o);
@@ -175,10 +181,11 @@ VNNI void tile512(const QWeight& w, int64_t p, const int8_t* xq, const float* dx
     for (int m = 0; m < MT; ++m) {
       const int32_t b = bs[m * ng + g / T::G];
       const __m512i Si = nibbles(KIND) ? S[m] : _mm512_sub_epi32(S[m], _mm512_set1_epi32(b << LIFT));
-      add_term<KIND>(s, o, _mm512_cvtepi32_ps(Si), _mm512_set1_ps(static_cast<float>(b)),
-                     _mm512_set1_ps(dx[m * nb + g / 32]), acc + m * 16);
+      A[m] = add_term<KIND>(s, o, _mm512_cvtepi32_ps(Si), _mm512_set1_ps(static_cast<float>(b)),
+                            _mm512_set1_ps(dx[m * nb + g / 32]), A[m]);
     }
   }
+  for (int m = 0; m < MT; ++m) _mm512_storeu_ps(acc + m * 16, A[m]);
 }
 
 constexpr int64_t AMX_MIN = 8;  // fewer rows: VNNI is as fast or faster (scripts/q8_isa_speed.py)
