@@ -139,6 +139,39 @@ def test_bench_writes_json(tmp_path, tiny_dir):
         assert set(r) >= {"method", "category", "tokens_per_s", "speedup_vs_plain", "mean_accepted_tokens",
                           "acceptance_rate", "greedy_match_rate"}
         assert r["greedy_match_rate"] == 1.0
+    data = json.loads(out.read_text())
+    assert data["environment"]["model_fingerprint"] and data["environment"]["cpu"] is not None
+    for r in data["per_prompt"]:              # greedy: ngram's tokens are plain's, so are their digests
+        assert len(r["plain"]["tokens_sha256"]) == 16 and r["ngram"]["tokens_sha256"] == r["plain"]["tokens_sha256"]
+
+
+def test_a_token_digest_tells_runs_apart():
+    from verispec.bench import tokens_digest
+    assert tokens_digest(None) is None
+    assert tokens_digest([1, 2, 3]) == tokens_digest([1, 2, 3])
+    assert len({tokens_digest(t) for t in ([1, 2, 3], [3, 2, 1], [1, 2], [12, 3], [1, 23], [])}) == 6
+
+
+def test_compare_runs_finds_the_prompt_whose_tokens_differ(tmp_path, tiny_dir):
+    import subprocess
+    import sys
+    from pathlib import Path
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": f"p{i}", "prompt": f"Count: {i}"}) for i in range(2)))
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert main(["bench", "--prompts", str(prompts), "--model", str(tiny_dir), "--methods", "plain,ngram",
+                 "--max-new-tokens", "5", "--json", str(a)]) == 0
+    script = Path(__file__).resolve().parents[1] / "scripts" / "compare_runs.py"
+    run = lambda x, y: subprocess.run([sys.executable, str(script), str(x), str(y)], capture_output=True, text=True)
+    same = run(a, a)
+    assert same.returncode == 0 and "same tokens: 4 of 4" in same.stdout
+    data = json.loads(a.read_text())
+    data["per_prompt"][1]["ngram"]["tokens_sha256"] = "0" * 16
+    b.write_text(json.dumps(data))
+    differ = run(a, b)
+    assert differ.returncode == 1 and "differs: p1 ngram" in differ.stdout and "same tokens: 3 of 4" in differ.stdout
+    bad = run(a, prompts)
+    assert bad.returncode != 0 and bad.stderr.strip().startswith("compare_runs: error:")
 
 
 def test_bench_refuses_zero_repeats_and_typical_acceptance_on_chains(tmp_path, tiny_dir, capsys):

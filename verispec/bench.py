@@ -9,6 +9,7 @@ and overall:
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import statistics
@@ -119,8 +120,23 @@ def format_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def environment(args) -> dict:
-    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "python": platform.python_version(),
+def tokens_digest(tokens) -> str | None:
+    """16 hex digits of sha256 over a run's token ids: two runs (two machines, two versions) of the same prompt,
+    method, dtype and seed produced the same tokens where these are equal (`scripts/compare_runs.py`)."""
+    if tokens is None:
+        return None
+    return hashlib.sha256(",".join(str(int(t)) for t in tokens).encode()).hexdigest()[:16]
+
+
+def environment(args, target: Target | None = None) -> dict:
+    from . import kernels
+    cpu = next((line.split(":", 1)[1].strip() for line in kernels.cpu_flags_lines() if line.startswith("model name")),
+               None)
+    extra = {}
+    if target is not None and target.model.device.type == "cpu":
+        from .fingerprint import fingerprint
+        extra["model_fingerprint"] = fingerprint(target.model)
+    return {**extra, "cpu": cpu, "torch": torch.__version__, "threads": torch.get_num_threads(), "python": platform.python_version(),
             "machine": platform.machine(), "processor": platform.processor(), "dtype": args.dtype,
             "device": args.device, "k": getattr(args, "ks", args.k), "temperature": args.temperature, "top_p": args.top_p,
             "top_k": args.top_k, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
@@ -171,11 +187,12 @@ def cmd_bench(args) -> int:
     print(format_table(results))
     if args.json_out:
         per_prompt = [{"id": r["_id"], "category": r["_category"],
-                       **{m: {k: v for k, v in s.items() if not k.startswith("_")}
+                       **{m: {**{k: v for k, v in s.items() if not k.startswith("_")},
+                              "tokens_sha256": tokens_digest(s.get("_tokens"))}
                           for m, s in r.items() if not m.startswith("_")}} for r in runs]
         try:
             with atomic_file(args.json_out) as fh:
-                json.dump({"environment": environment(args), "results": results, "per_prompt": per_prompt},
+                json.dump({"environment": environment(args, target), "results": results, "per_prompt": per_prompt},
                           fh, indent=1)
         except OSError as e:
             raise VerispecError(f"cannot write {args.json_out}: {e}") from None
