@@ -16,12 +16,12 @@ CODE = ("import sys, torch; from verispec.api import Target; from verispec.finge
         "for d in sys.argv[2:]:\n"
         "    print(d, torch.backends.cpu.get_cpu_capability(), fingerprint(Target.load(sys.argv[1], d, 'cpu').model))")
 best = torch.backends.cpu.get_cpu_capability()
-caps = [c for c in ("AVX512", "AVX2", "DEFAULT") if c == "DEFAULT" or c == best or (c == "AVX2" and best == "AVX512")]
+caps = {"AVX512": ["AVX512", "AVX2", "DEFAULT"], "AVX2": ["AVX2", "DEFAULT"]}.get(best, ["DEFAULT"])   # best first
 settings = [({"ATEN_CPU_CAPABILITY": c.lower()} | ({"VERISPEC_ISA": "avx2"} if c != best else {}))
             for c in caps] + [{"VERISPEC_KERNELS": "0", "ATEN_CPU_CAPABILITY": c.lower()} for c in caps]
 for extra in settings:
     env = dict(os.environ, **extra)
     run = subprocess.run([sys.executable, "-c", CODE, MODEL, *DTYPES], env=env, capture_output=True, text=True)
     label = " ".join(f"{k}={v}" for k, v in extra.items())
-    for line in (run.stdout.strip().splitlines() or [f"failed: {run.stderr.strip().splitlines()[-1]}"]):
+    for line in (run.stdout.strip().splitlines() or [f"failed: {(run.stderr.strip().splitlines() or ['?'])[-1]}"]):
         print(f"{label:55s} {line}", flush=True)

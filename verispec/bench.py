@@ -130,13 +130,12 @@ def tokens_digest(tokens) -> str | None:
 
 def environment(args, target: Target | None = None) -> dict:
     from . import kernels
-    cpu = next((line.split(":", 1)[1].strip() for line in kernels.cpu_flags_lines() if line.startswith("model name")),
-               None)
     extra = {}
     if target is not None and target.model.device.type == "cpu":
         from .fingerprint import fingerprint
         extra["model_fingerprint"] = fingerprint(target.model)
-    return {**extra, "cpu": cpu, "torch": torch.__version__, "threads": torch.get_num_threads(), "python": platform.python_version(),
+    return {**extra, "cpu": kernels.cpu_model(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "python": platform.python_version(),
             "machine": platform.machine(), "processor": platform.processor(), "dtype": args.dtype,
             "device": args.device, "k": getattr(args, "ks", args.k), "temperature": args.temperature, "top_p": args.top_p,
             "top_k": args.top_k, "max_new_tokens": args.max_new_tokens, "seed": args.seed,

@@ -20,8 +20,7 @@ def machine_lines() -> list[str]:
     flags = kernels.cpu_flags()
     shown = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_int8",
                          "amx_bf16") if f in flags]
-    model = next((line.split(":", 1)[1].strip() for line in kernels.cpu_flags_lines()
-                  if line.startswith("model name")), "?")
+    model = kernels.cpu_model() or "?"
     return [f"machine: {platform.machine()}, {model}, {torch.get_num_threads()} threads",
             f"cpu features: {' '.join(shown) or 'none of interest'}",
             f"torch {torch.__version__}, capability {torch.backends.cpu.get_cpu_capability()}, "

@@ -31,6 +31,11 @@ def cpu_flags_lines() -> list[str]:
     return [line for line in lines if line.startswith(("model name", "flags"))][:2]
 
 
+def cpu_model() -> str | None:
+    """The CPU's model name as /proc/cpuinfo gives it, or None where it cannot be read."""
+    return next((line.split(":", 1)[1].strip() for line in cpu_flags_lines() if line.startswith("model name")), None)
+
+
 def cpu_flags() -> set[str]:
     flags = [line for line in cpu_flags_lines() if line.startswith("flags")]
     return set(flags[0].split(":", 1)[1].split()) if flags else set()
