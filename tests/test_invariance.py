@@ -261,3 +261,34 @@ def test_a_layer_sees_its_weights_change_after_decoding():
     model.to(torch.bfloat16)                                                   # another dtype
     with torch.inference_mode():
         assert torch.equal(run(model), run(fresh()))
+
+
+def test_all_layers_in_one_call_are_the_layers_called_one_by_one():
+    """`fused.stack` makes every layer's kernel call from C++ (kernels/stack.cpp): the same bits as the layers
+    called one by one, for a prefill, a token tree and a packed batch of two sequences; a forward hook on a layer
+    (training taps features there) still sees it, since the model then runs layer by layer."""
+    from verispec.model import fused
+    torch.manual_seed(2)
+    model = Llama(CFG).eval().requires_grad_(False).to(torch.bfloat16)
+    a, b = torch.randint(0, CFG.vocab_size, (1, 7)), torch.randint(0, CFG.vocab_size, (1, 4))
+    mask = torch.cat([torch.ones(3, 7, dtype=torch.bool), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 0, 1]]).bool()], 1)
+
+    def run():
+        one, two = model.new_cache(16), model.new_cache(16)
+        prefill = model(a, torch.arange(7)[None], one)
+        tree = model(a[:, :3], torch.tensor([[7, 8, 8]]), one, mask[None])
+        model(b, torch.arange(4)[None], two)
+        packed = model.forward_packed([(a[:, :2], torch.tensor([[10, 11]]), one, None),
+                                       (b[:, :1], torch.tensor([[4]]), two, None)])
+        return [prefill, tree, *packed]
+
+    with torch.inference_mode():
+        together = run()
+        assert isinstance(model.layers.__dict__.get("_stack"), fused._Stack)        # it ran as one call
+        seen = []
+        hook = model.layers[1].register_forward_hook(lambda module, args, y: seen.append(y.shape))
+        one_by_one = run()
+        hook.remove()
+    assert len(seen) == 4
+    for x, y in zip(together, one_by_one):
+        assert torch.equal(x.view(torch.int16), y.view(torch.int16))

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-SOURCES = [Path(__file__).with_name(name) for name in ("cpu.cpp", "quant.cpp", "qdot.cpp", "qlayer.cpp")]
+SOURCES = [Path(__file__).with_name(name)
+           for name in ("cpu.cpp", "quant.cpp", "qdot.cpp", "qlayer.cpp", "stack.cpp")]
 HEADERS = [Path(__file__).with_name(name) for name in ("simd.h", "attention.h", "qweight.h", "qamx.h")]
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fno-fast-math", "-fopenmp"]
 _state: dict = {}

@@ -267,11 +267,13 @@ torch::Tensor layer(torch::Tensor x, std::vector<torch::Tensor> p, std::vector<i
 void register_quant(pybind11::module& m);   // quant.cpp
 void register_qdot(pybind11::module& m);    // qdot.cpp
 void register_qlayer(pybind11::module& m);  // qlayer.cpp
+void register_stack(pybind11::module& m);   // stack.cpp
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   register_quant(m);
   register_qdot(m);
   register_qlayer(m);
+  register_stack(m);
   m.def("linear", &linear, "row-invariant linear layer");
   m.def("attention", &attention, "row-invariant attention over per-row logical key sequences");
   m.def("attention_step", &attention_step, "RoPE, KV cache write and attention of one layer");

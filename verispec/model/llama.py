@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import ops
+from . import fused, ops
 from .kv_cache import KVCache
 from .ops import Linear, RMSNorm
 
@@ -128,12 +128,10 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x, rope, rows, layer):
-        if rows is not None and rows.kernels and ops.fused(x) and isinstance(self.attn_norm, RMSNorm):
-            products = (self.attn.wqkv, self.attn.wo, self.mlp.w13, self.mlp.w2)   # one kernel call (not EAGLE-1's
-            if all(p.quant is None for p in products):                              # layout, nor a mixed layer)
-                return ops.layer(self, x, rope, rows, layer)
-            if all(p.quant is not None and p.int8 == products[0].int8 for p in products):
-                return ops.qlayer(self, x, rope, rows, layer)
+        if rows is not None and rows.kernels and ops.fused(x):
+            how = fused.kind(self)                       # one kernel call (not EAGLE-1's layout, nor a mixed layer)
+            if how is not None:
+                return (fused.layer if how == "float" else fused.qlayer)(self, x, rope, rows, layer)
         x = x + self.attn(self.attn_norm(x), rope, rows, layer)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -230,6 +228,10 @@ class Llama(nn.Module):
         if ops.invariant(x):
             x = x.float()
         rope = self.rope(positions)
+        if rows is not None and rows.kernels and ops.fused(x):
+            y = fused.stack(self.layers, x, rope, rows)                          # every layer in one kernel call
+            if y is not None:
+                return self.norm(y)
         for i, block in enumerate(self.layers):
             x = block(x, rope, rows, i)
         return self.norm(x)

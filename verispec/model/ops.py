@@ -250,65 +250,6 @@ def fused(x: torch.Tensor) -> bool:
     return not _reference[0] and x.dtype == torch.float32 and invariant(x)
 
 
-class _Fused:
-    """A block's arguments for one `layer` call (its weights' kernel layouts, widths, shapes), built once and rebuilt
-    when any of its parameters is replaced or changes in place: decoding then pays no Python per layer beyond this
-    check."""
-
-    def __init__(self, block):
-        a, m = block.attn, block.mlp
-        mods = (block.attn_norm, a.wqkv, a.wo, block.mlp_norm, m.w13, m.w2)
-        self.watch = [(mod._parameters, name, mod._parameters[name]) for mod in mods for name in ("weight", "bias")
-                      if mod._parameters.get(name) is not None]
-        self.stamp = [(t.data_ptr(), _version(t), t.dtype) for _, _, t in self.watch]
-        (wqkv, bqkv), (wo, _), (w13, _), (w2, _) = a.wqkv.panels(), a.wo.panels(), m.w13.panels(), m.w2.panels()
-        self.params = [block.attn_norm.weight32(), wqkv, torch.empty(0) if bqkv is None else bqkv, wo,
-                       block.mlp_norm.weight32(), w13, w2]
-        self.widths = [a.wqkv.out_features, a.wo.out_features, m.w13.out_features, m.w2.out_features]
-        self.shape = (a.h, block.attn_norm.eps, a.d ** -0.5)
-
-    def valid(self) -> bool:
-        return all(params.get(name) is t and (t.data_ptr(), _version(t), t.dtype) == stamp
-                   for (params, name, t), stamp in zip(self.watch, self.stamp))
-
-
-def layer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
-    """block (a decoder layer: attn_norm, attn.wqkv, attn.wo, mlp_norm, mlp.w13, mlp.w2) over x [batch, n, D]
-    fp32 in one kernel call: the op-by-op path's very calls, so the same bits."""
-    f = block.__dict__.get("_fused")
-    if f is None or not f.valid():
-        f = block.__dict__["_fused"] = _Fused(block)
-    ks, vs = rows.caches(index)
-    b, t, d = x.shape
-    cos, sin = (r.reshape(b * t, -1) for r in rope)
-    heads, eps, scale = f.shape
-    y = kernels.load().layer(x.reshape(b * t, d), f.params, f.widths, cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx,
-                             rows.extra, rows.n_extra, heads, eps, scale, CHUNK)
-    return y.view(b, t, d)
-
-
-def qlayer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
-    """`layer` for a block whose four products are GGUF-quantized (`Linear.quant`, --dtype gguf / gguf-q8): the
-    op-by-op path's kernel calls in one call (`kernels/qlayer.cpp`), so the same bits."""
-    from .quant import TYPES
-    a, m = block.attn, block.mlp
-    products = (a.wqkv, a.wo, m.w13, m.w2)
-    key = tuple(id(lin.quant) for lin in products) + (a.wqkv.int8,)
-    if getattr(block, "_qlayer", (None,))[0] != key:      # the packed parts' argument lists, built once
-        parts = [p for lin in products for p in lin.quant]
-        bqkv = torch.empty(0) if a.wqkv.bias is None else a.wqkv.bias.detach().float().contiguous()
-        block._qlayer = (key, (bqkv, [t for p in parts for t in (p.q, p.sc, p.mn, p.d, p.dmin)],
-                               [len(lin.quant) for lin in products], [TYPES[p.kind][2] for p in parts],
-                               [p.n for p in parts], a.wqkv.int8))
-    ks, vs = rows.caches(index)
-    b, t, d = x.shape
-    cos, sin = (r.reshape(b * t, -1) for r in rope)
-    y = kernels.load().qlayer(x.reshape(b * t, d), [block.attn_norm.weight32(), block.mlp_norm.weight32()],
-                              *block._qlayer[1], cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx, rows.extra,
-                              rows.n_extra, a.h, block.attn_norm.eps, a.d ** -0.5, CHUNK)
-    return y.view(b, t, d)
-
-
 def attend_dense(q: torch.Tensor, rows: Rows, layer: int) -> torch.Tensor:
     """q [R, H, d] (after RoPE; keys and values already cached) -> [R, H, d] fp32, with PyTorch's attention and a
     dense mask per segment: the same keys, not row-invariant (the fallback)."""

@@ -1,0 +1,85 @@
+// All decoder layers of a model in one call: `layer` (cpu.cpp) or `qlayer` (qlayer.cpp) per layer, in order, so the
+// same bits as calling them one by one from Python; what is gone is the trip through Python and the conversion of
+// each layer's arguments between layers (about 50 us a layer: a tenth of a small model's decoding step).
+// A `Stack` holds the layers' arguments, given once; `run` takes only what changes from pass to pass.
+#include <torch/extension.h>
+#include <vector>
+
+// cpu.cpp, qlayer.cpp
+torch::Tensor layer(torch::Tensor x, std::vector<torch::Tensor> p, std::vector<int64_t> n_out, torch::Tensor cos,
+                    torch::Tensor sin, std::vector<torch::Tensor> ks, std::vector<torch::Tensor> vs, torch::Tensor seq,
+                    torch::Tensor slot, torch::Tensor ctx, torch::Tensor extra, torch::Tensor n_extra, int64_t H,
+                    double eps, double scale, int64_t chunk);
+torch::Tensor qlayer(torch::Tensor x, std::vector<torch::Tensor> norms, torch::Tensor bqkv,
+                     std::vector<torch::Tensor> w, std::vector<int64_t> count, std::vector<int64_t> kind,
+                     std::vector<int64_t> n, bool int8, torch::Tensor cos, torch::Tensor sin,
+                     std::vector<torch::Tensor> ks, std::vector<torch::Tensor> vs, torch::Tensor seq, torch::Tensor slot,
+                     torch::Tensor ctx, torch::Tensor extra, torch::Tensor n_extra, int64_t H, double eps, double scale,
+                     int64_t chunk);
+
+namespace {
+
+struct Stack {
+  struct Layer {
+    bool quant = false;
+    std::vector<torch::Tensor> p;          // float: `layer`'s 7 parameters; quantized: the 2 norms
+    std::vector<int64_t> widths;           // float: the 4 products' widths
+    torch::Tensor bqkv;                    // quantized: `qlayer`'s arguments
+    std::vector<torch::Tensor> w;
+    std::vector<int64_t> count, kind, n;
+    bool int8 = false;
+    int64_t H = 0;
+    double eps = 0, scale = 0;
+  };
+  std::vector<Layer> layers;
+
+  void add_float(std::vector<torch::Tensor> p, std::vector<int64_t> widths, int64_t H, double eps, double scale) {
+    TORCH_CHECK(p.size() == 7 && widths.size() == 4, "Stack.add_float: 7 parameters and 4 widths");
+    Layer l;
+    l.p = std::move(p), l.widths = std::move(widths), l.H = H, l.eps = eps, l.scale = scale;
+    layers.push_back(std::move(l));
+  }
+
+  void add_quant(std::vector<torch::Tensor> norms, torch::Tensor bqkv, std::vector<torch::Tensor> w,
+                 std::vector<int64_t> count, std::vector<int64_t> kind, std::vector<int64_t> n, bool int8, int64_t H,
+                 double eps, double scale) {
+    Layer l;
+    l.quant = true, l.p = std::move(norms), l.bqkv = std::move(bqkv), l.w = std::move(w), l.count = std::move(count);
+    l.kind = std::move(kind), l.n = std::move(n), l.int8 = int8, l.H = H, l.eps = eps, l.scale = scale;
+    layers.push_back(std::move(l));
+  }
+
+  // x [R, D] fp32; cos, sin [R, d/2]; k_all, v_all: per segment its cache's whole keys and values [layers, batch,
+  // kv_heads, capacity, d], batch[s] the segment's entry; the rest as `layer`. -> [R, D] fp32 after every layer
+  torch::Tensor run(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, std::vector<torch::Tensor> k_all,
+                    std::vector<torch::Tensor> v_all, std::vector<int64_t> batch, torch::Tensor seq, torch::Tensor slot,
+                    torch::Tensor ctx, torch::Tensor extra, torch::Tensor n_extra, int64_t chunk) const {
+    const size_t S = k_all.size();
+    TORCH_CHECK(S > 0 && v_all.size() == S && batch.size() == S, "Stack.run: one k, v and batch entry per segment");
+    const int64_t L = static_cast<int64_t>(layers.size());
+    for (size_t s = 0; s < S; ++s)
+      TORCH_CHECK(k_all[s].dim() == 5 && k_all[s].size(0) == L && v_all[s].sizes() == k_all[s].sizes() &&
+                  batch[s] >= 0 && batch[s] < k_all[s].size(1), "Stack.run: caches [layers, batch, kv, capacity, d]");
+    std::vector<torch::Tensor> ks(S), vs(S);
+    for (int64_t i = 0; i < L; ++i) {
+      for (size_t s = 0; s < S; ++s) ks[s] = k_all[s][i][batch[s]], vs[s] = v_all[s][i][batch[s]];
+      const Layer& l = layers[i];
+      x = l.quant ? qlayer(x, l.p, l.bqkv, l.w, l.count, l.kind, l.n, l.int8, cos, sin, ks, vs, seq, slot, ctx, extra,
+                           n_extra, l.H, l.eps, l.scale, chunk)
+                  : layer(x, l.p, l.widths, cos, sin, ks, vs, seq, slot, ctx, extra, n_extra, l.H, l.eps, l.scale,
+                          chunk);
+    }
+    return x;
+  }
+};
+
+}  // namespace
+
+void register_stack(pybind11::module& m) {
+  pybind11::class_<Stack>(m, "Stack", "a model's decoder layers, run in one call (`run`): `layer` or `qlayer` each")
+      .def(pybind11::init<>())
+      .def("add_float", &Stack::add_float)
+      .def("add_quant", &Stack::add_quant)
+      .def("run", &Stack::run)
+      .def("__len__", [](const Stack& s) { return s.layers.size(); });
+}

@@ -1,0 +1,178 @@
+"""Decoder layers in one kernel call each (`layer`, `qlayer`), or all of a model's layers in one (`stack`).
+
+Each runs the op-by-op path's very kernel calls in its order (kernels/cpu.cpp `layer`, kernels/qlayer.cpp,
+kernels/stack.cpp), so the same bits; what they save is the trips through Python between the calls. Their
+arguments (the weights' kernel layouts, widths, shapes) are built once, and rebuilt when a parameter is replaced or
+changes in place, or a product's quantized parts are replaced.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.modules import module as torch_module
+
+from .. import kernels
+from .ops import CHUNK, RMSNorm, Rows, _version
+
+
+def _products(block) -> tuple:
+    return block.attn.wqkv, block.attn.wo, block.mlp.w13, block.mlp.w2
+
+
+def kind(block) -> str | None:
+    """'float' or 'quant' where a decoder layer can run as one kernel call (RMSNorm norms; its four products all
+    unquantized, or all quantized alike); None otherwise (EAGLE-1's layout, a mixed layer)."""
+    if not isinstance(block.attn_norm, RMSNorm) or not isinstance(block.mlp_norm, RMSNorm):
+        return None
+    products = _products(block)
+    if all(p.quant is None for p in products):
+        return "float"
+    if all(p.quant is not None and p.int8 == products[0].int8 for p in products):
+        return "quant"
+    return None
+
+
+def _watch(mods) -> list:
+    """(parameter dict, name, tensor) of each parameter of `mods`: what a cached argument list was built from."""
+    return [(mod._parameters, name, mod._parameters[name]) for mod in mods for name in ("weight", "bias")
+            if mod._parameters.get(name) is not None]
+
+
+def _stamps(watch) -> list:
+    return [(t.data_ptr(), _version(t), t.dtype) for _, _, t in watch]
+
+
+def _unchanged(watch, stamps) -> bool:
+    return all(params.get(name) is t and (t.data_ptr(), _version(t), t.dtype) == stamp
+               for (params, name, t), stamp in zip(watch, stamps))
+
+
+class _Fused:
+    """A block's arguments for one `layer` call (its weights' kernel layouts, widths, shapes)."""
+
+    def __init__(self, block):
+        a, m = block.attn, block.mlp
+        self.watch = _watch((block.attn_norm, a.wqkv, a.wo, block.mlp_norm, m.w13, m.w2))
+        self.stamp = _stamps(self.watch)
+        (wqkv, bqkv), (wo, _), (w13, _), (w2, _) = a.wqkv.panels(), a.wo.panels(), m.w13.panels(), m.w2.panels()
+        self.params = [block.attn_norm.weight32(), wqkv, torch.empty(0) if bqkv is None else bqkv, wo,
+                       block.mlp_norm.weight32(), w13, w2]
+        self.widths = [a.wqkv.out_features, a.wo.out_features, m.w13.out_features, m.w2.out_features]
+        self.shape = (a.h, block.attn_norm.eps, a.d ** -0.5)
+
+    def valid(self) -> bool:
+        return _unchanged(self.watch, self.stamp)
+
+
+def _fused(block) -> _Fused:
+    f = block.__dict__.get("_fused")
+    if f is None or not f.valid():
+        f = block.__dict__["_fused"] = _Fused(block)
+    return f
+
+
+def _quant_key(block) -> tuple:
+    return tuple(id(lin.quant) for lin in _products(block)) + (block.attn.wqkv.int8,)
+
+
+def _quant_args(block) -> tuple:
+    """`qlayer`'s arguments for a block's packed parts (bias, arrays, part counts, kinds, widths, int8), built once
+    per set of parts."""
+    from .quant import TYPES
+    key, cached = _quant_key(block), block.__dict__.get("_qlayer")
+    if cached is None or cached[0] != key:
+        a, products = block.attn, _products(block)
+        parts = [p for lin in products for p in lin.quant]
+        bqkv = torch.empty(0) if a.wqkv.bias is None else a.wqkv.bias.detach().float().contiguous()
+        cached = block.__dict__["_qlayer"] = (key, (bqkv, [t for p in parts for t in (p.q, p.sc, p.mn, p.d, p.dmin)],
+                                                     [len(lin.quant) for lin in products],
+                                                     [TYPES[p.kind][2] for p in parts], [p.n for p in parts],
+                                                     a.wqkv.int8))
+    return cached[1]
+
+
+def _flat(x: torch.Tensor, rope) -> tuple:
+    b, t, d = x.shape
+    cos, sin = (r.reshape(b * t, -1) for r in rope)
+    return x.reshape(b * t, d), cos, sin
+
+
+def layer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
+    """block (a decoder layer: attn_norm, attn.wqkv, attn.wo, mlp_norm, mlp.w13, mlp.w2) over x [batch, n, D]
+    fp32 in one kernel call: the op-by-op path's very calls, so the same bits."""
+    f = _fused(block)
+    flat, cos, sin = _flat(x, rope)
+    ks, vs = rows.caches(index)
+    heads, eps, scale = f.shape
+    y = kernels.load().layer(flat, f.params, f.widths, cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx, rows.extra,
+                             rows.n_extra, heads, eps, scale, CHUNK)
+    return y.view(x.shape)
+
+
+def qlayer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
+    """`layer` for a block whose four products are GGUF-quantized (`Linear.quant`, --dtype gguf / gguf-q8): the
+    op-by-op path's kernel calls in one call (`kernels/qlayer.cpp`), so the same bits."""
+    a = block.attn
+    flat, cos, sin = _flat(x, rope)
+    ks, vs = rows.caches(index)
+    y = kernels.load().qlayer(flat, [block.attn_norm.weight32(), block.mlp_norm.weight32()], *_quant_args(block),
+                              cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx, rows.extra, rows.n_extra, a.h,
+                              block.attn_norm.eps, a.d ** -0.5, CHUNK)
+    return y.view(x.shape)
+
+
+class _Stack:
+    """The kernels' `Stack` over a model's decoder layers, and what it was built from: the layer modules (held in
+    their parents), their parameters and their quantized parts."""
+
+    def __init__(self, blocks: nn.ModuleList):
+        self.kernel = kernels.load().Stack()
+        self.slots, mods, self.parts = [(blocks._modules, name, b) for name, b in blocks._modules.items()], [], []
+        for block in blocks:
+            a, m = block.attn, block.mlp
+            self.slots += [(block._modules, n, block._modules[n]) for n in ("attn_norm", "attn", "mlp_norm", "mlp")]
+            self.slots += [(a._modules, "wqkv", a.wqkv), (a._modules, "wo", a.wo), (m._modules, "w13", m.w13),
+                           (m._modules, "w2", m.w2)]
+            shape = (a.h, block.attn_norm.eps, a.d ** -0.5)
+            if kind(block) == "float":
+                f = _fused(block)
+                self.kernel.add_float(f.params, f.widths, *shape)
+                mods += [block.attn_norm, a.wqkv, a.wo, block.mlp_norm, m.w13, m.w2]
+            else:
+                norms = [block.attn_norm.weight32(), block.mlp_norm.weight32()]
+                self.kernel.add_quant(norms, *_quant_args(block), *shape)
+                mods += [block.attn_norm, block.mlp_norm, a.wqkv]
+                self.parts += [(lin, lin.quant, lin.int8) for lin in _products(block)]
+        self.watch = _watch(mods)
+        self.stamp = _stamps(self.watch)
+
+    def valid(self) -> bool:
+        return (all(d.get(name) is mod for d, name, mod in self.slots) and _unchanged(self.watch, self.stamp)
+                and all(lin.quant is q and lin.int8 == i8 for lin, q, i8 in self.parts))
+
+    def __deepcopy__(self, memo):      # the kernel object does not copy: a copied model builds its own
+        return None
+
+
+def _hooked(blocks: nn.ModuleList) -> bool:
+    """Whether a forward hook would see a layer (training taps features layer by layer): then layers run one by one."""
+    return bool(torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks or
+                any(b._forward_hooks or b._forward_pre_hooks for b in blocks))
+
+
+def stack(blocks: nn.ModuleList, x: torch.Tensor, rope, rows: Rows) -> torch.Tensor | None:
+    """All of `blocks` over x [batch, n, D] fp32 in one kernel call (`kernels/stack.cpp`): each block's `layer` or
+    `qlayer` call, in order, so the same bits. None where that cannot be: a block not a plain decoder layer
+    (`kind`), or a hook on one. -> [batch, n, D] fp32."""
+    if not len(blocks) or _hooked(blocks):
+        return None
+    s = blocks.__dict__.get("_stack")
+    if s is None or len(s.slots) != len(blocks) * 9 or not s.valid():
+        if not all(kind(b) for b in blocks):
+            return None
+        s = blocks.__dict__["_stack"] = _Stack(blocks)
+    flat, cos, sin = _flat(x, rope)
+    segments = rows.segments
+    y = s.kernel.run(flat, cos, sin, [c.k for c, *_ in segments], [c.v for c, *_ in segments],
+                     [b for _, b, *_ in segments], rows.seq, rows.slot, rows.ctx, rows.extra, rows.n_extra, CHUNK)
+    return y.view(x.shape)
