@@ -49,3 +49,41 @@ def test_tree_sampling_is_seeded_and_runs(target_fp32):
     ids = tok.prompt_ids("Repeat: one two three one two three")
     a, b = engine.generate(ids, cfg), engine.generate(ids, cfg)
     assert a.token_ids == b.token_ids and len(a.token_ids) == 12
+
+
+def test_tree_verification_computes_p_only_where_it_reads(target_fp32):
+    """`NodeProbs` computes a node's p when verification first reads it, with its first-choice descendants: each row
+    has the bits of the product over every row, the untried branches never pay for the output head, and sampling
+    at T = 1 draws the very tokens it draws with every row's p computed up front."""
+    import torch
+
+    from verispec.engine import NodeProbs
+    from verispec.sampling import probs
+    model, tok = target_fp32
+    tree = topk_per_depth([3, 2, 2])
+    ids = tok.prompt_ids("Repeat: one two three one two three")
+    cache = model.new_cache(len(ids) + 1 + tree.size)
+    model(torch.tensor([ids]), torch.arange(len(ids))[None], cache)
+    n = len(ids)
+    nodes = torch.randint(0, 49152, (1, 1 + tree.size), generator=torch.Generator().manual_seed(0))
+    mask = torch.cat([torch.ones(1 + tree.size, n, dtype=torch.bool), tree.ancestry], 1)[None]
+    hidden = model(nodes, (n + torch.tensor(tree.depths))[None], cache, mask)
+    sampling = SamplingConfig(temperature=1.0, top_p=0.9)
+    full = probs(model.logits(hidden), sampling)[0]                                  # [1+n, V]
+    lazy = NodeProbs(model, hidden[0], tree, sampling)
+    assert torch.equal(lazy[0], full[0]) and sorted(lazy.rows) == [0, 1, 4, 10]     # the root's first-choice line
+    for node in range(1 + tree.size):
+        assert torch.equal(lazy[node], full[node])
+
+    engine = Engine(model, ToyTreeProposer([3, 2, 1]))
+    cfg = GenerationConfig(max_new_tokens=20, k=3, seed=5, sampling=sampling)
+    runs = []
+    for upfront in (False, True):
+        seq = engine.sequence(tok.prompt_ids("Count: one two three one two three one two"), cfg)
+        seq.prefill()
+        while not seq.done:
+            step = seq.plan(seq.draft_length())
+            hidden = model(*step.inputs(seq.cache))
+            seq.finish(step, hidden, model.logits(hidden) if upfront else None)
+        runs.append(seq.result().token_ids)
+    assert runs[0] == runs[1] and len(runs[0]) == 20

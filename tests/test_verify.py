@@ -95,3 +95,16 @@ def test_probs_top_k_top_p_and_greedy():
     kept = probs(logits, SamplingConfig(1.0, top_p=float(p[0]) + 1e-4)) > 0  # needs the first two tokens
     assert kept.tolist() == [True, True, False, False]
     assert torch.allclose(probs(logits, SamplingConfig(2.0)), torch.softmax(logits / 2, -1))
+
+
+def test_probs_give_a_row_alone_its_bits_among_other_rows():
+    """Plain decoding draws from one row's p, verification from k + 1 rows': `probs` must give a row the same bits
+    either way, top-k and top-p included (whose renormalisation, summed by `sum`, splits a lone row across
+    threads)."""
+    torch.set_num_threads(2)
+    logits = torch.randn(9, 49152, generator=torch.Generator().manual_seed(0)) * 3
+    for cfg in (SamplingConfig(temperature=0.7), SamplingConfig(temperature=1.0, top_p=0.9),
+                SamplingConfig(temperature=1.3, top_k=50, top_p=0.95)):
+        together = probs(logits, cfg)
+        for i in range(9):
+            assert torch.equal(probs(logits[i:i + 1], cfg)[0], together[i])

@@ -21,6 +21,7 @@ import torch
 
 from .autok import CHAIN_OF, CostProfile
 from .errors import VerispecError
+from .model import ops
 from .model.llama import Llama
 from .proposers.base import Proposal, Proposer
 from .sampling import SamplingConfig, probs, sample
@@ -72,6 +73,27 @@ class Pass:
     def inputs(self, cache) -> tuple:
         """The target's forward arguments for this pass."""
         return self.tokens, self.positions, cache, self.mask
+
+
+class NodeProbs:
+    """p at a token tree's root and nodes, [1+n, V] as `verify_tree` reads it (row by row), each row's output head
+    computed when first read: the node and its first-choice descendants in one product. Verification reads only the
+    accepted path and the nodes it tries on the way, so most rows of a big tree never pay for the head (a sixth of
+    a row's cost on the default model). The head is row-invariant, so every row has the bits it has computed with
+    all the others."""
+
+    def __init__(self, target: Llama, hidden: torch.Tensor, tree, sampling: SamplingConfig):
+        self.target, self.hidden, self.tree, self.sampling = target, hidden, tree, sampling      # hidden [1+n, D]
+        self.rows: dict[int, torch.Tensor] = {}
+
+    def __getitem__(self, node: int) -> torch.Tensor:
+        if node not in self.rows:
+            line = [node]
+            while children := self.tree.children(line[-1]):
+                line.append(children[0])                                            # rank 0: the first choice
+            p = probs(self.target.logits(self.hidden[line]), self.sampling)          # [len(line), V]
+            self.rows.update(zip(line, p))
+        return self.rows[node]
 
 
 class Sequence:
@@ -184,8 +206,11 @@ class Sequence:
         """Accept from the target's hidden states [1, 1+n, D] of `step` (and their logits [1, 1+n, V], if the
         caller computed them already); return the tokens this cycle emitted."""
         proposal = step.proposal
-        verify = self._verify_chain if proposal.tree is None else self._verify_tree
-        accepted, next_token = verify(step, hidden, self.target.logits(hidden) if logits is None else logits)
+        if proposal.tree is None:
+            accepted, next_token = self._verify_chain(step, hidden,
+                                                      self.target.logits(hidden) if logits is None else logits)
+        else:
+            accepted, next_token = self._verify_tree(step, hidden, logits)
         before = len(self.out)
         self.out.extend(accepted + [next_token])
         produced = self._emit(before)
@@ -215,10 +240,14 @@ class Sequence:
             self._observe(hidden[0, :n + 1])                                       # [n+1, D]
         return proposal.tokens[:n], int(next_token)
 
-    def _verify_tree(self, step: Pass, hidden: torch.Tensor, logits: torch.Tensor):
-        """Accept a root-to-node path of the tree; keep only that path in the cache."""
+    def _verify_tree(self, step: Pass, hidden: torch.Tensor, logits: torch.Tensor | None):
+        """Accept a root-to-node path of the tree; keep only that path in the cache. Without `logits`, exact
+        acceptance on the row-invariant kernels computes p only at the nodes it reads (`NodeProbs`)."""
         proposal, tree = step.proposal, step.proposal.tree
-        p = probs(logits, self.cfg.sampling)[0]                                    # [1+n, V]
+        if logits is None and self.cfg.acceptance == "exact" and ops.invariant(hidden):
+            p = NodeProbs(self.target, hidden[0], tree, self.cfg.sampling)        # [1+n, V], row by row
+        else:
+            p = probs(self.target.logits(hidden) if logits is None else logits, self.cfg.sampling)[0]   # [1+n, V]
         u_accept = torch.rand(1 + tree.size, generator=self.gen)
         u_final = torch.rand((), generator=self.gen)
         if self.cfg.acceptance == "typical":                                       # LOSSY

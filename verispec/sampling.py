@@ -46,11 +46,12 @@ def probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
         logits = logits.masked_fill(logits < kth, float("-inf"))
     p = logits.softmax(-1)
     if cfg.top_p < 1:
-        sorted_p, order = p.sort(-1, descending=True)
+        sorted_p, order = p.sort(dim=-1, descending=True, stable=True)   # ties in id order, whatever the rows
         mass_before = sorted_p.cumsum(-1) - sorted_p       # mass of strictly more likely tokens
         drop = torch.empty_like(order, dtype=torch.bool).scatter_(-1, order, mass_before >= cfg.top_p)
         p = p.masked_fill(drop, 0.0)                            # drop, mapped back from sorted to vocab order
-        p = p / p.sum(-1, keepdim=True)
+        p = p / p.cumsum(-1)[..., -1:]              # a row's sum in one fixed order (`sum` splits a lone row
+                                                    # across threads: other bits than the same row among others)
     return p
 
 
