@@ -51,7 +51,7 @@ def test_tree_sampling_is_seeded_and_runs(target_fp32):
     assert a.token_ids == b.token_ids and len(a.token_ids) == 12
 
 
-def test_tree_verification_computes_p_only_where_it_reads(target_fp32):
+def test_tree_verification_computes_p_only_where_it_reads(target_fp32, monkeypatch):
     """`NodeProbs` computes a node's p when verification first reads it, with its first-choice descendants: each row
     has the bits of the product over every row, the untried branches never pay for the output head, and sampling
     at T = 1 draws the very tokens it draws with every row's p computed up front."""
@@ -75,6 +75,8 @@ def test_tree_verification_computes_p_only_where_it_reads(target_fp32):
     for node in range(1 + tree.size):
         assert torch.equal(lazy[node], full[node])
 
+    from verispec import engine as engine_module
+    monkeypatch.setattr(engine_module, "LAZY_ROWS", 0)                              # every tree: NodeProbs
     engine = Engine(model, ToyTreeProposer([3, 2, 1]))
     cfg = GenerationConfig(max_new_tokens=20, k=3, seed=5, sampling=sampling)
     runs = []

@@ -75,6 +75,12 @@ class Pass:
         return self.tokens, self.positions, cache, self.mask
 
 
+# Trees of more rows than this compute p where verification reads it (`NodeProbs`); smaller ones all at once, which
+# costs about what a few single rows cost (scripts/tree_verify_speed.py: EAGLE trees of 5-11 rows, 1.66 s against
+# 1.74 s with NodeProbs; 33 rows 13.6 ms a pass against 5.6; 65 rows 26.6 against 6.4)
+LAZY_ROWS = 16
+
+
 class NodeProbs:
     """p at a token tree's root and nodes, [1+n, V] as `verify_tree` reads it (row by row), each row's output head
     computed when first read: the node and its first-choice descendants in one product. Verification reads only the
@@ -242,9 +248,10 @@ class Sequence:
 
     def _verify_tree(self, step: Pass, hidden: torch.Tensor, logits: torch.Tensor | None):
         """Accept a root-to-node path of the tree; keep only that path in the cache. Without `logits`, exact
-        acceptance on the row-invariant kernels computes p only at the nodes it reads (`NodeProbs`)."""
+        acceptance of a big tree on the row-invariant kernels computes p only at the nodes it reads (`NodeProbs`)."""
         proposal, tree = step.proposal, step.proposal.tree
-        if logits is None and self.cfg.acceptance == "exact" and ops.invariant(hidden):
+        lazy = logits is None and 1 + tree.size > LAZY_ROWS and self.cfg.acceptance == "exact"
+        if lazy and ops.invariant(hidden):
             p = NodeProbs(self.target, hidden[0], tree, self.cfg.sampling)        # [1+n, V], row by row
         else:
             p = probs(self.target.logits(hidden) if logits is None else logits, self.cfg.sampling)[0]   # [1+n, V]
