@@ -80,6 +80,7 @@ void register_stack(pybind11::module& m) {
       .def(pybind11::init<>())
       .def("add_float", &Stack::add_float)
       .def("add_quant", &Stack::add_quant)
-      .def("run", &Stack::run)
+      .def("run", &Stack::run, pybind11::call_guard<pybind11::gil_scoped_release>())   // tensors only: other
+                                                                                        // threads (the server's) run
       .def("__len__", [](const Stack& s) { return s.layers.size(); });
 }
