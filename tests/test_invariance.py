@@ -330,4 +330,30 @@ def test_a_pass_in_one_call_lets_other_threads_run():
     assert isinstance(model.layers.__dict__.get("_stack"), fused._Stack)
     # released: the counter ran about as fast as alone (1.1 of `rate`, measured); held: only in the switch
     # intervals of the pass's Python parts (0.05)
-    assert during > 0.2 * rate * seconds, f"{during} counts in {seconds:.3f} s, {rate:.0f} a second alone"
+    assert during > 0.15 * rate * seconds, f"{during} counts in {seconds:.3f} s, {rate:.0f} a second alone"
+
+
+def test_the_one_call_pass_steps_aside_for_changed_layers():
+    """The stack runs only plain decoder layers: a layer whose forward is replaced runs its own forward, a model
+    cut to fewer layers than its cache holds still runs, and a model pickles after a pass (the kernel object is
+    dropped and rebuilt)."""
+    import io
+    torch.manual_seed(4)
+    model = Llama(CFG).eval().requires_grad_(False)
+    tokens, positions = torch.randint(0, CFG.vocab_size, (1, 5)), torch.arange(5)[None]
+    with torch.inference_mode():
+        base = model(tokens, positions, model.new_cache(8))
+        buffer = io.BytesIO()
+        torch.save(model, buffer)                                                    # after a pass
+        block = model.layers[1]
+        block.forward = lambda x, rope, rows, layer: x                               # an identity layer
+        skipped = model(tokens, positions, model.new_cache(8))
+        del block.forward
+        assert not torch.equal(skipped, base) and torch.equal(model(tokens, positions, model.new_cache(8)), base)
+        cache = model.new_cache(8)                                                   # two layers' worth
+        model.layers = torch.nn.ModuleList([model.layers[0]])
+        model(tokens, positions, cache)
+    buffer.seek(0)
+    again = torch.load(buffer, weights_only=False)
+    with torch.inference_mode():
+        assert torch.equal(again(tokens, positions, again.new_cache(8)), base)

@@ -58,7 +58,7 @@ struct Stack {
     TORCH_CHECK(S > 0 && v_all.size() == S && batch.size() == S, "Stack.run: one k, v and batch entry per segment");
     const int64_t L = static_cast<int64_t>(layers.size());
     for (size_t s = 0; s < S; ++s)
-      TORCH_CHECK(k_all[s].dim() == 5 && k_all[s].size(0) == L && v_all[s].sizes() == k_all[s].sizes() &&
+      TORCH_CHECK(k_all[s].dim() == 5 && k_all[s].size(0) >= L && v_all[s].sizes() == k_all[s].sizes() &&
                   batch[s] >= 0 && batch[s] < k_all[s].size(1), "Stack.run: caches [layers, batch, kv, capacity, d]");
     std::vector<torch::Tensor> ks(S), vs(S);
     for (int64_t i = 0; i < L; ++i) {

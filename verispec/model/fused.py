@@ -22,9 +22,12 @@ def _products(block) -> tuple:
 def kind(block) -> str | None:
     """'float' or 'quant' where a decoder layer can run as one kernel call (RMSNorm norms; its four products all
     unquantized, or all quantized alike); None otherwise (EAGLE-1's layout, a mixed layer)."""
-    if not isinstance(block.attn_norm, RMSNorm) or not isinstance(block.mlp_norm, RMSNorm):
+    try:
+        if not isinstance(block.attn_norm, RMSNorm) or not isinstance(block.mlp_norm, RMSNorm):
+            return None
+        products = _products(block)
+    except AttributeError:                                       # not a decoder layer of this model's kind
         return None
-    products = _products(block)
     if all(p.quant is None for p in products):
         return "float"
     if all(p.quant is not None and p.int8 == products[0].int8 for p in products):
@@ -72,7 +75,9 @@ def _fused(block) -> _Fused:
 
 
 def _quant_key(block) -> tuple:
-    return tuple(id(lin.quant) for lin in _products(block)) + (block.attn.wqkv.int8,)
+    bias = block.attn.wqkv.bias
+    stamp = None if bias is None else (id(bias), bias.data_ptr(), _version(bias), bias.dtype)
+    return tuple(id(lin.quant) for lin in _products(block)) + (block.attn.wqkv.int8, stamp)
 
 
 def _quant_args(block) -> tuple:
@@ -142,7 +147,7 @@ class _Stack:
                 norms = [block.attn_norm.weight32(), block.mlp_norm.weight32()]
                 self.kernel.add_quant(norms, *_quant_args(block), *shape)
                 mods += [block.attn_norm, block.mlp_norm, a.wqkv]
-                self.parts += [(lin, lin.quant, lin.int8) for lin in _products(block)]
+            self.parts += [(lin, lin.quant, lin.int8) for lin in _products(block)]     # float ones: quant None
         self.watch = _watch(mods)
         self.stamp = _stamps(self.watch)
 
@@ -150,8 +155,15 @@ class _Stack:
         return (all(d.get(name) is mod for d, name, mod in self.slots) and _unchanged(self.watch, self.stamp)
                 and all(lin.quant is q and lin.int8 == i8 for lin, q, i8 in self.parts))
 
-    def __deepcopy__(self, memo):      # the kernel object does not copy: a copied model builds its own
+    def __reduce__(self):               # the kernel object neither copies nor pickles: a copy builds its own
+        return _nothing, ()
+
+    def __deepcopy__(self, memo):
         return None
+
+
+def _nothing() -> None:
+    return None
 
 
 def _hooked(blocks: nn.ModuleList) -> bool:
@@ -160,11 +172,12 @@ def _hooked(blocks: nn.ModuleList) -> bool:
                 any(b._forward_hooks or b._forward_pre_hooks for b in blocks))
 
 
-def stack(blocks: nn.ModuleList, x: torch.Tensor, rope, rows: Rows) -> torch.Tensor | None:
+def stack(blocks: nn.ModuleList, layer_type: type, x: torch.Tensor, rope, rows: Rows) -> torch.Tensor | None:
     """All of `blocks` over x [batch, n, D] fp32 in one kernel call (`kernels/stack.cpp`): each block's `layer` or
-    `qlayer` call, in order, so the same bits. None where that cannot be: a block not a plain decoder layer
-    (`kind`), or a hook on one. -> [batch, n, D] fp32."""
-    if not len(blocks) or _hooked(blocks):
+    `qlayer` call, in order, so the same bits. None where that cannot be: a block not exactly a `layer_type` with
+    its class's own forward, not a plain decoder layer (`kind`), or hooked. -> [batch, n, D] fp32."""
+    if not len(blocks) or _hooked(blocks) or any(type(b) is not layer_type or "forward" in b.__dict__
+                                                 for b in blocks):
         return None
     s = blocks.__dict__.get("_stack")
     if s is None or len(s.slots) != len(blocks) * 9 or not s.valid():

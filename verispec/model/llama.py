@@ -229,7 +229,7 @@ class Llama(nn.Module):
             x = x.float()
         rope = self.rope(positions)
         if rows is not None and rows.kernels and ops.fused(x):
-            y = fused.stack(self.layers, x, rope, rows)                          # every layer in one kernel call
+            y = fused.stack(self.layers, Block, x, rope, rows)                   # every layer in one kernel call
             if y is not None:
                 return self.norm(y)
         for i, block in enumerate(self.layers):
