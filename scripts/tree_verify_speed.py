@@ -29,7 +29,7 @@ def main(path="bench/dev_prompts.jsonl", limit=4, shape="auto+ngram"):
                            stop_token_ids=target.tokenizer.stop_token_ids)
     upfront, lazy, rows, sizes = [], [], [], []
 
-    def timed_verify(p_of, hidden, proposal):
+    def timed_verify(p_of, proposal):
         t0 = time.perf_counter()
         p = p_of()
         out = verify_tree(p, proposal.q, proposal.tokens, proposal.tree, torch.zeros(1 + proposal.tree.size),
@@ -48,8 +48,8 @@ def main(path="bench/dev_prompts.jsonl", limit=4, shape="auto+ngram"):
             hidden = model(*step.inputs(seq.cache))                               # [1, 1+n, D]
             tree = step.proposal.tree
             if tree is not None:
-                a = timed_verify(lambda: probs(model.logits(hidden), sampling)[0], hidden, step.proposal)
-                b = timed_verify(lambda: NodeProbs(model, hidden[0], tree, sampling), hidden, step.proposal)
+                a = timed_verify(lambda: probs(model.logits(hidden), sampling)[0], step.proposal)
+                b = timed_verify(lambda: NodeProbs(model, hidden[0], tree, sampling), step.proposal)
                 assert a[1] == b[1], "NodeProbs accepted another path"
                 upfront.append(a[0]), lazy.append(b[0]), rows.append(len(b[2].rows)), sizes.append(1 + tree.size)
             seq.finish(step, hidden)

@@ -35,6 +35,15 @@ def kind(block) -> str | None:
     return None
 
 
+def _shape(block) -> tuple:
+    """The layer call's heads, RMSNorm eps and attention scale."""
+    return block.attn.h, block.attn_norm.eps, block.attn.d ** -0.5
+
+
+def _norms32(block) -> list:
+    return [block.attn_norm.weight32(), block.mlp_norm.weight32()]
+
+
 def _watch(mods) -> list:
     """(parameter dict, name, tensor) of each parameter of `mods`: what a cached argument list was built from."""
     return [(mod._parameters, name, mod._parameters[name]) for mod in mods for name in ("weight", "bias")
@@ -61,7 +70,7 @@ class _Fused:
         self.params = [block.attn_norm.weight32(), wqkv, torch.empty(0) if bqkv is None else bqkv, wo,
                        block.mlp_norm.weight32(), w13, w2]
         self.widths = [a.wqkv.out_features, a.wo.out_features, m.w13.out_features, m.w2.out_features]
-        self.shape = (a.h, block.attn_norm.eps, a.d ** -0.5)
+        self.shape = _shape(block)
 
     def valid(self) -> bool:
         return _unchanged(self.watch, self.stamp)
@@ -117,12 +126,10 @@ def layer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
 def qlayer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
     """`layer` for a block whose four products are GGUF-quantized (`Linear.quant`, --dtype gguf / gguf-q8): the
     op-by-op path's kernel calls in one call (`kernels/qlayer.cpp`), so the same bits."""
-    a = block.attn
     flat, cos, sin = _flat(x, rope)
     ks, vs = rows.caches(index)
-    y = kernels.load().qlayer(flat, [block.attn_norm.weight32(), block.mlp_norm.weight32()], *_quant_args(block),
-                              cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx, rows.extra, rows.n_extra, a.h,
-                              block.attn_norm.eps, a.d ** -0.5, CHUNK)
+    y = kernels.load().qlayer(flat, _norms32(block), *_quant_args(block), cos, sin, ks, vs, rows.seq, rows.slot,
+                              rows.ctx, rows.extra, rows.n_extra, *_shape(block), CHUNK)
     return y.view(x.shape)
 
 
@@ -131,28 +138,26 @@ class _Stack:
     their parents), their parameters and their quantized parts."""
 
     def __init__(self, blocks: nn.ModuleList):
-        self.kernel = kernels.load().Stack()
-        self.slots, mods, self.parts = [(blocks._modules, name, b) for name, b in blocks._modules.items()], [], []
+        self.kernel, self.size = kernels.load().Stack(), len(blocks)
+        self.slots, self.watch, self.parts = [(blocks._modules, name, b) for name, b in blocks._modules.items()], [], []
         for block in blocks:
             a, m = block.attn, block.mlp
             self.slots += [(block._modules, n, block._modules[n]) for n in ("attn_norm", "attn", "mlp_norm", "mlp")]
             self.slots += [(a._modules, "wqkv", a.wqkv), (a._modules, "wo", a.wo), (m._modules, "w13", m.w13),
                            (m._modules, "w2", m.w2)]
-            shape = (a.h, block.attn_norm.eps, a.d ** -0.5)
             if kind(block) == "float":
                 f = _fused(block)
-                self.kernel.add_float(f.params, f.widths, *shape)
-                mods += [block.attn_norm, a.wqkv, a.wo, block.mlp_norm, m.w13, m.w2]
+                self.kernel.add_float(f.params, f.widths, *f.shape)
+                self.watch += f.watch
             else:
-                norms = [block.attn_norm.weight32(), block.mlp_norm.weight32()]
-                self.kernel.add_quant(norms, *_quant_args(block), *shape)
-                mods += [block.attn_norm, block.mlp_norm, a.wqkv]
+                self.kernel.add_quant(_norms32(block), *_quant_args(block), *_shape(block))
+                self.watch += _watch((block.attn_norm, block.mlp_norm, a.wqkv))
             self.parts += [(lin, lin.quant, lin.int8) for lin in _products(block)]     # float ones: quant None
-        self.watch = _watch(mods)
         self.stamp = _stamps(self.watch)
 
-    def valid(self) -> bool:
-        return (all(d.get(name) is mod for d, name, mod in self.slots) and _unchanged(self.watch, self.stamp)
+    def valid(self, blocks: nn.ModuleList) -> bool:
+        return (len(blocks) == self.size and all(d.get(name) is mod for d, name, mod in self.slots)
+                and _unchanged(self.watch, self.stamp)
                 and all(lin.quant is q and lin.int8 == i8 for lin, q, i8 in self.parts))
 
     def __reduce__(self):               # the kernel object neither copies nor pickles: a copy builds its own
@@ -180,7 +185,7 @@ def stack(blocks: nn.ModuleList, layer_type: type, x: torch.Tensor, rope, rows: 
                                                  for b in blocks):
         return None
     s = blocks.__dict__.get("_stack")
-    if s is None or len(s.slots) != len(blocks) * 9 or not s.valid():
+    if s is None or not s.valid(blocks):
         if not all(kind(b) for b in blocks):
             return None
         s = blocks.__dict__["_stack"] = _Stack(blocks)
