@@ -12,6 +12,7 @@ import time
 import torch
 
 from verispec.api import Target
+from verispec.errors import VerispecError
 
 
 @torch.inference_mode()
@@ -48,5 +49,10 @@ def main(name=None, dtype="bf16", steps=200, context=256):
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main(None if not args or args[0] == "default" else args[0], args[1] if len(args) > 1 else "bf16",
-         int(args[2]) if len(args) > 2 else 200)
+    if len(args) > 2 and not (args[2].isdigit() and int(args[2]) > 0):
+        sys.exit(f"stack_speed.py: STEPS must be a positive whole number, got {args[2]!r}")
+    try:
+        main(None if not args or args[0] == "default" else args[0], args[1] if len(args) > 1 else "bf16",
+             int(args[2]) if len(args) > 2 else 200)
+    except VerispecError as e:
+        sys.exit(f"stack_speed.py: {e}")

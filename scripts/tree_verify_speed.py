@@ -14,6 +14,7 @@ import torch
 
 from verispec.api import Target, make_proposer
 from verispec.engine import Engine, GenerationConfig, NodeProbs
+from verispec.errors import VerispecError
 from verispec.prompts import load_prompts
 from verispec.sampling import probs
 from verispec.verify import verify_tree
@@ -60,4 +61,9 @@ def main(path="bench/dev_prompts.jsonl", limit=4, shape="auto+ngram"):
 
 
 if __name__ == "__main__":
-    main(*(sys.argv[1:2]), *(int(a) for a in sys.argv[2:3]), *sys.argv[3:4])
+    if len(sys.argv) > 2 and not (sys.argv[2].isdigit() and int(sys.argv[2]) > 0):
+        sys.exit(f"tree_verify_speed.py: LIMIT must be a positive whole number, got {sys.argv[2]!r}")
+    try:
+        main(*(sys.argv[1:2]), *(int(a) for a in sys.argv[2:3]), *sys.argv[3:4])
+    except VerispecError as e:
+        sys.exit(f"tree_verify_speed.py: {e}")
