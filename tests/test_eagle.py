@@ -105,6 +105,17 @@ def test_eagle_greedy_equals_plain(grafted, tiny_dir, tiny_eagle, tree):
     assert bool(grafted) == ("+ngram" in str(tree))
 
 
+def test_a_dynamic_trees_prior_yield_is_the_best_static_tree_of_its_size(tiny_dir, tiny_eagle):
+    from verispec.api import Target, eagle_proposer
+    from verispec.tree import tree_from_acceptance
+    target = Target.load(str(tiny_dir), "fp32", "cpu")
+    _, cfg = load_eagle(tiny_eagle[0], target.model, torch.float32)
+    prop = eagle_proposer(target, str(tiny_eagle[0]), "dynamic:6+ngram")
+    assert prop.expected_accepted == pytest.approx(tree_from_acceptance(cfg["acceptance"], 6)[1])
+    assert prop.graft > 0 and prop.max_nodes == 6 + prop.graft
+    assert eagle_proposer(target, str(tiny_eagle[0])).expected_accepted is None          # a chain: alpha's
+
+
 def test_dynamic_tree_keeps_the_most_confident_nodes_parents_first(tiny_dir, tiny_eagle):
     target, head, _ = load(tiny_dir, tiny_eagle[0])
     prop = EagleProposer(head, "dynamic", nodes=7, depth=4, expand=3)

@@ -149,6 +149,22 @@ def test_auto_k_gates_draft_tree_in_the_engine(target_fp32):
     assert isinstance(seq.auto, AutoTree) and seq.auto.depth == 5
 
 
+def test_auto_tree_charges_the_nodes_each_cycle_verifies():
+    from verispec.autok import CostProfile
+    prof = CostProfile(tree_curve={4: 1.4, 8: 2.0, 16: 4.0}, draft_cost={"eagle": 0.2})
+    auto = prof.dynamic_tree_chooser("eagle", 4, 12, expected_accepted=1.0)
+    assert auto.cost == pytest.approx(1.6) and auto.mean_accepted == 1.0 and auto.next_k() == 12
+    for _ in range(60):                                   # every cycle brings a long grafted path: 16 nodes
+        auto.update(checked=3, accepted=2, nodes=16)
+    assert auto.cost == pytest.approx(4.2, rel=0.05)      # (1 + 2) / 4.2 < 1
+    assert auto.next_k() == 0
+    for _ in range(150):                                  # the same yield from trees of 4 nodes pays
+        auto.update(checked=3, accepted=2, nodes=4)
+    assert auto.cost == pytest.approx(1.6, rel=0.05) and auto.next_k() == 12
+    chain = prof.dynamic_tree_chooser("eagle", 4, 3)      # no expected yield: a 3-deep chain at the default alpha
+    assert chain.mean_accepted == pytest.approx(0.5 + 0.25 + 0.125)
+
+
 def test_auto_tree_verifies_while_the_tree_pays_and_decodes_plainly_when_it_does_not():
     from verispec.autok import MARGIN, AutoTree
     auto = AutoTree(cost=1.5, depth=3, prior_accepted=1.0, probe_every=4, max_probe_every=8)

@@ -47,14 +47,18 @@ class Target:
     dtype: str
     is_default: bool = False      # the embedded default model (which has a shipped default draft)
     name: str | None = None       # its catalog name, for a named model (`verispec fetch --model NAME`)
+    draft_weights: str = "auto"   # its drafts' and heads' weights: DRAFT_WEIGHTS (`draft_weights`)
 
     @classmethod
-    def load(cls, model: str | None = None, dtype: str = "bf16", device: str | None = None) -> "Target":
+    def load(cls, model: str | None = None, dtype: str = "bf16", device: str | None = None,
+             draft_weights: str = "auto") -> "Target":
+        if draft_weights not in DRAFT_WEIGHTS:
+            raise VerispecError(f"unknown draft weights {draft_weights!r}: choose from {', '.join(DRAFT_WEIGHTS)}")
         m, tok, folder = loader.load(model, dtype, pick_device(device))
         if tok.vocab_size > m.cfg.vocab_size:
             raise VerispecError(f"tokenizer has {tok.vocab_size} tokens but the model only {m.cfg.vocab_size}")
         name, is_default = identity(model)
-        return cls(m, tok, str(folder), dtype, is_default, name)
+        return cls(m, tok, str(folder), dtype, is_default, name, draft_weights)
 
     def profile(self) -> CostProfile:
         """The cost model behind `--k auto`: this machine's `verispec profile` output if there is one, else the
@@ -129,6 +133,32 @@ def make_proposer(method: str, target: Target, draft: str | None = None, ngram_m
 UNQUANTIZED_DRAFT = "bf16"
 
 
+# A proposer's weights: "q4" requantized to 4 bits with integer products (`model.requant`), "native" as loaded
+# (the draft's GGUF blocks in the target's dtype, or heads in heads_dtype), "auto" q4 beside a quantized target
+# where verispec's kernels run, else native. Like the dtype, this changes acceptance and speed, never the output.
+DRAFT_WEIGHTS = ("auto", "q4", "native")
+
+
+def draft_weights(target: Target) -> str:
+    """"q4" or "native": what `target.draft_weights` means here."""
+    from . import kernels
+    if target.draft_weights != "auto":
+        return target.draft_weights
+    on_kernels = target.model.device.type == "cpu" and kernels.load() is not None
+    return "q4" if target.dtype in loader.QUANTIZED and on_kernels else "native"
+
+
+def cheaper(target: Target, proposer_model: torch.nn.Module, heads: bool = False) -> torch.nn.Module:
+    """A draft model, or Medusa or EAGLE heads (`heads`: their `out`, the target's output rows, too), with 4-bit
+    weights where `draft_weights(target)` says so."""
+    if draft_weights(target) == "q4":
+        from .model import requant
+        requant.to_q4(proposer_model)
+        if heads:
+            proposer_model.out_product = requant.product(proposer_model.out)
+    return proposer_model
+
+
 def heads_dtype(target: Target) -> torch.dtype:
     """The dtype of Medusa and EAGLE heads for `target`: its own, or UNQUANTIZED_DRAFT's under a quantized one."""
     return loader.DTYPES[UNQUANTIZED_DRAFT] if target.dtype in loader.QUANTIZED else target.model.dtype
@@ -154,7 +184,7 @@ def load_draft(target: Target, draft: str | None = None) -> Llama:
                                 need_tokenizer=False, target_embedding=target.model.embed.weight,
                                 unquantized=UNQUANTIZED_DRAFT, head_ids=draft_head(str(spec).lower()))
     check_same_vocab(target, model, tok)
-    return model
+    return cheaper(target, model)
 
 
 def split_graft(tree: str | None) -> tuple[str | None, int]:
@@ -176,6 +206,7 @@ def medusa_proposer(target: Target, heads: str | None = None, tree: str | None =
     from .proposers.medusa import MedusaProposer
     folder = heads or default_draft(target, DEFAULT_MEDUSA, "medusa")
     model, trees = load_heads(folder, target.model, heads_dtype(target))
+    model = cheaper(target, model, heads=True)
     tree, graft = split_graft(tree)
     shape = tree_shape(target, trees["acceptance"], tree, "medusa")
     if shape.depth > model.num_heads:
@@ -208,6 +239,7 @@ def eagle_proposer(target: Target, head: str | None = None, tree: str | None = N
     from .model.eagle import load_eagle
     from .proposers.eagle import EagleProposer
     model, cfg = load_eagle(head or default_draft(target, DEFAULT_EAGLE, "eagle"), target.model, heads_dtype(target))
+    model = cheaper(target, model, heads=True)
     acceptance = cfg["acceptance"]
     tree, graft = split_graft(tree)
     if tree in (None, "chain"):
@@ -220,7 +252,7 @@ def eagle_proposer(target: Target, head: str | None = None, tree: str | None = N
             raise VerispecError(f"--tree dynamic:N takes N from 1 to 64, got {size!r}")
         nodes = int(size) if size else tree_shape(target, acceptance, "auto", "eagle").size
         return EagleProposer(model, "dynamic", nodes=nodes, depth=len(acceptance), expand=min(nodes, 8),
-                             graft=graft)
+                             graft=graft, acceptance=acceptance)
     return EagleProposer(model, "static", tree_shape(target, acceptance, tree, "eagle"), graft=graft)
 
 
@@ -238,9 +270,13 @@ def engine_profile(target: Target, proposer: Proposer | None, draft: str | None 
     (`machine_draft_cost`), since a draft's c differs by machine as much as the verify costs do."""
     profile = profile or target.profile()
     from .proposers.draft_model import DraftModelProposer
-    if isinstance(proposer, DraftModelProposer) and "verify_costs" in profile.meta:
-        from .profile import machine_draft_cost
-        profile = machine_draft_cost(target, proposer, profile, draft or default_draft(target))
+    if "verify_costs" not in profile.meta or proposer is None:
+        return profile
+    from .profile import machine_draft_cost
+    if isinstance(proposer, DraftModelProposer):
+        return machine_draft_cost(target, proposer, profile, draft or default_draft(target))
+    if proposer.makes_trees and proposer.tree is None and proposer.name == "eagle":      # a dynamic tree
+        return machine_draft_cost(target, proposer, profile, draft or default_draft(target, DEFAULT_EAGLE, "eagle"))
     return profile
 
 
@@ -264,8 +300,8 @@ class Speculator:
 
     def __init__(self, model: str | None = None, method: str = "ngram", draft: str | None = None,
                  dtype: str = "bf16", device: str | None = None, target: Target | None = None,
-                 tree: str | None = None):
-        self.target = target or Target.load(model, dtype, device)
+                 tree: str | None = None, draft_weights: str = "auto"):
+        self.target = target or Target.load(model, dtype, device, draft_weights)
         self.engine = make_engine(method, self.target, draft, tree=tree)
 
     def generate(self, prompt: str, max_new_tokens: int = 128, k: int | str = "auto", temperature: float = 0.0,

@@ -152,7 +152,7 @@ def cmd_audit(args) -> int:
     if args.method == "plain":
         raise VerispecError("audit compares a speculative method with plain sampling; pick ngram, draft, "
                             "draft-tree or medusa")
-    target = Target.load(args.model, args.dtype, args.device)
+    target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     plain = Engine(target.model)
     spec = make_engine(args.method, target, args.draft, args.ngram_max, args.tree)
     cfg = GenerationConfig(max_new_tokens=args.tokens + 1, k=args.k, seed=args.seed, acceptance=args.acceptance,

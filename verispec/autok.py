@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from .errors import VerispecError
 from .theory import best_k, cost_ratio, expected_tokens, monotone_curve, speedup
@@ -91,12 +92,16 @@ class CostProfile:
     def chooser(self, method: str, k_max: int = 12) -> "AutoK":
         return AutoK(self.draft_cost.get(method, 0.05), self.curve, self.alpha.get(method, 0.5), k_max=k_max)
 
-    def dynamic_tree_chooser(self, method: str, nodes: int, depth: int) -> "AutoTree":
+    def dynamic_tree_chooser(self, method: str, nodes: int, depth: int,
+                             expected_accepted: float | None = None) -> "AutoTree":
         """A tree built anew each cycle (EAGLE-2): verify its `nodes` nodes, at most `depth` deep, or decode
-        plainly. Its prior yield is the best chain's at the method's profiled alpha (a tree holds that chain)."""
-        a = min(self.alpha.get(method, 0.5), 0.999)
-        chain = sum(a ** i for i in range(1, depth + 1))                  # E[accepted] of a depth-long chain
-        return AutoTree(self.tree_cost(nodes) + self.draft_cost.get(method, 0.05), depth, chain)
+        plainly. Its prior yield is `expected_accepted` (the proposer's, from its head's measured acceptance), else
+        the best chain's at the method's profiled alpha (a tree holds that chain). c is per cycle."""
+        if expected_accepted is None:
+            a = min(self.alpha.get(method, 0.5), 0.999)
+            expected_accepted = sum(a ** i for i in range(1, depth + 1))  # E[accepted] of a depth-long chain
+        c = self.draft_cost.get(method, 0.05)
+        return AutoTree(self.tree_cost(nodes) + c, depth, expected_accepted, cost_of=lambda n: self.tree_cost(n) + c)
 
     def tree_chooser(self, method: str, tree, expected_accepted: float | None = None) -> "AutoTree":
         """Verify the static `tree` or decode plainly. `expected_accepted` None (a draft model's tree, whose yield
@@ -110,7 +115,9 @@ class CostProfile:
             expected_accepted = sum(a ** i for i in range(1, tree.depth + 1))
             if c is None:
                 c = tree.depth * self.draft_cost.get(chain, 0.05)
-        return AutoTree(self.tree_cost(tree.size) + (0.05 if c is None else c), tree.depth, expected_accepted)
+        c = 0.05 if c is None else c
+        return AutoTree(self.tree_cost(tree.size) + c, tree.depth, expected_accepted,
+                        cost_of=lambda n: self.tree_cost(n) + c)
 
 
 class _Probing:
@@ -170,7 +177,7 @@ class AutoK(_Probing):
         return any(expected_tokens(1.0, k) / (k * self.c + cost_ratio(self.curve, k + 1) + extra) >= 1 + self.margin
                    for k in range(1, self.k_max + 1))
 
-    def update(self, checked: int, accepted: int) -> None:
+    def update(self, checked: int, accepted: int, nodes: int | None = None) -> None:
         if checked == 0:
             return
         self.accepted = self.forget * self.accepted + accepted
@@ -178,31 +185,42 @@ class AutoK(_Probing):
 
 
 class AutoTree(_Probing):
-    """The same decision for a fixed token tree: verify it (k = its depth) or decode plainly (k = 0).
+    """The same decision for a token tree: verify it (k = its depth) or decode plainly (k = 0).
 
-    Predicted speedup (1 + m) / (T(1 + n)/T(1) + c), m a running mean of accepted tokens per tree cycle that
-    starts from the tree's expected value (measured at temperature 0) and follows what this request accepts;
-    at higher temperatures deterministic candidates are accepted less often, and the gate closes. No margin by
-    default: c here is the per-cycle cost measured in situ, overheads included (the chain model's c is per token
-    and misses the per-cycle ones, hence MARGIN there); the profile predicted Medusa within 4%. A tree's yield
-    per cycle (0, 1, 2 ... tokens) is noisier than one chain token's acceptance, hence a longer memory."""
+    Predicted speedup (1 + m) / C: m a running mean of accepted tokens per tree cycle, C one of a cycle's cost,
+    T(1 + n)/T(1) + c for the n nodes it verified (`cost_of`). Both start from priors (m: the tree's expected
+    yield, measured at temperature 0; C: the cost of the tree alone) and follow what this request gets: at
+    higher temperatures deterministic candidates are accepted less often, and the gate closes; a grafted n-gram
+    path adds nodes, and cost, only where the context repeats. No margin by default: c here is the per-cycle
+    cost measured in situ, overheads included (the chain model's c is per token and misses the per-cycle ones,
+    hence MARGIN there); the profile predicted Medusa within 4%. A tree's yield per cycle (0, 1, 2 ... tokens) is
+    noisier than one chain token's acceptance, hence a longer memory."""
 
     def __init__(self, cost: float, depth: int, prior_accepted: float, prior_weight: float = 8.0,
-                 forget: float = 0.95, probe_every: int = 8, max_probe_every: int = 64, margin: float = 0.0):
+                 forget: float = 0.95, probe_every: int = 8, max_probe_every: int = 64, margin: float = 0.0,
+                 cost_of: Callable[[int], float] | None = None):
         super().__init__(probe_every, max_probe_every, margin)
-        self.cost, self.depth, self.forget = cost, depth, forget
-        self.total, self.weight = prior_accepted * prior_weight, prior_weight
+        self.depth, self.forget, self.cost_of = depth, forget, cost_of
+        self.total, self.spent, self.weight = prior_accepted * prior_weight, cost * prior_weight, prior_weight
 
     @property
     def mean_accepted(self) -> float:
         return self.total / self.weight
 
+    @property
+    def cost(self) -> float:
+        """The running mean of a cycle's cost, in plain steps."""
+        return self.spent / self.weight
+
     def next_k(self, behind: int = 0) -> int:
         return self._gate(self.depth if (1 + self.mean_accepted) / self.cost >= 1 + self.margin else 0,
                           self.depth)
 
-    def update(self, checked: int, accepted: int) -> None:
+    def update(self, checked: int, accepted: int, nodes: int | None = None) -> None:
+        """A verified cycle: `accepted` of its tree's `nodes` draft nodes were kept."""
         if checked == 0:
             return
+        spent = self.cost if nodes is None or self.cost_of is None else self.cost_of(nodes)
         self.total = self.forget * self.total + accepted
+        self.spent = self.forget * self.spent + spent
         self.weight = self.forget * self.weight + 1

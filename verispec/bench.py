@@ -159,7 +159,7 @@ def cmd_bench(args) -> int:
         raise VerispecError(f"--repeats must be >= 1, got {args.repeats}")
     methods = ["plain"] + [m for m in dict.fromkeys(args.methods.split(",")) if m and m != "plain"]
     prompts = select(load_prompts(args.prompts), args.limit)
-    target = Target.load(args.model, args.dtype, args.device)
+    target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     hf_methods = [m for m in methods if m.startswith("hf-")]
     cpp_methods = [m for m in methods if m.startswith("llamacpp-")]
     engines = {"plain": (Engine(target.model), 1)}

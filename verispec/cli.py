@@ -29,6 +29,10 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                         "fp32 model, fewer bytes; gguf-q8: the same weights with 8-bit activations and integer sums, "
                         "as llama.cpp computes, faster, a slightly different model); default: the named model's "
                         "(gguf for Qwen2.5-Coder), else bf16")
+    g.add_argument("--draft-weights", choices=("auto", "q4", "native"), default="auto",
+                   help="the draft's or heads' weights: q4 (requantized to 4 bits, integer products: cheaper to "
+                        "read), native (as loaded), auto (q4 beside a --dtype gguf or gguf-q8 target on the CPU, else "
+                        "native); acceptance and speed change, the output never does")
     g.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
 
 
@@ -244,7 +248,8 @@ def _serve_limit_flags(p: argparse.ArgumentParser) -> None:
 def cmd_generate(args) -> int:
     from .api import Speculator
     check_decoding_flags(args)
-    spec = Speculator(args.model, args.method, args.draft, args.dtype, args.device, tree=args.tree)
+    spec = Speculator(args.model, args.method, args.draft, args.dtype, args.device, tree=args.tree,
+                     draft_weights=args.draft_weights)
     stream = None if args.json else (lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     r = spec.generate(args.prompt, args.max_new_tokens, args.k, args.temperature, args.top_p, args.top_k,
                       args.seed, chat=not args.no_chat, on_text=stream, acceptance=args.acceptance)

@@ -17,25 +17,48 @@ from .model.llama import Llama
 @torch.inference_mode()
 def cost_curve(model: Llama, ns: list[int], context: int = 256, repeats: int = 7) -> dict[int, float]:
     """Median seconds of one forward (+ logits) over n new tokens after `context` cached tokens, for each n."""
+    return verify_times(model, ns, [], context, repeats)[0]
+
+
+@torch.inference_mode()
+def verify_times(model: Llama, ns: list[int], tree_sizes: list[int], context: int = 256,
+                 repeats: int = 7, relative: bool = False) -> tuple[dict[int, float], dict[int, float]]:
+    """Median seconds of one forward (+ logits) after `context` cached tokens: over chains of n new tokens for
+    each n in `ns`, and over breadth-first trees of top-2 choices of n nodes (plus the root) for each n in
+    `tree_sizes`. Every shape is timed once per round, so drift between rounds reaches them all alike (trees
+    timed apart from the chains they are compared with came out 20-40% dearer on a busy VM, at the same rows).
+    relative (1 in `ns`): each shape's median over rounds of its time over the one-token pass's in that round."""
+    from .tree import build_tree, topk_per_depth
     device = model.device
-    cache = model.new_cache(context + max(ns))
+    cache = model.new_cache(context + max([*ns, *(n + 1 for n in tree_sizes)]))
     g = torch.Generator().manual_seed(0)
     prefix = torch.randint(0, model.cfg.vocab_size, (1, context), generator=g).to(device)
     model(prefix, torch.arange(context, device=device)[None], cache)
-    times = {n: [] for n in ns}
+    full = topk_per_depth([2] * 8, max_nodes=1024)
+    shapes = {}                                         # (kind, n) -> (tokens [1, m], positions [1, m], mask)
+    for n in ns:
+        shapes["chain", n] = (torch.randint(0, model.cfg.vocab_size, (1, n), generator=g).to(device),
+                              torch.arange(context, context + n, device=device)[None], None)
+    for n in tree_sizes:
+        tree = build_tree(list(full.choices[:n]))       # breadth-first prefix: still a valid tree
+        mask = torch.cat([torch.ones(n + 1, context, dtype=torch.bool), tree.ancestry], 1)[None].to(device)
+        shapes["tree", n] = (torch.randint(0, model.cfg.vocab_size, (1, n + 1), generator=g).to(device),
+                             (context + torch.tensor(tree.depths, device=device))[None], mask)
+    times = {shape: [] for shape in shapes}
     for _ in range(repeats + 1):                       # the first round warms up and is discarded
-        for n in ns:
+        for shape, (tokens, positions, mask) in shapes.items():
             cache.truncate(context)
-            tokens = torch.randint(0, model.cfg.vocab_size, (1, n), generator=g).to(device)
-            positions = torch.arange(context, context + n, device=device)[None]
             if device.type == "cuda":
                 torch.cuda.synchronize()
             t0 = time.perf_counter()
-            model.logits(model(tokens, positions, cache))
+            model.logits(model(tokens, positions, cache, mask))
             if device.type == "cuda":
                 torch.cuda.synchronize()
-            times[n].append(time.perf_counter() - t0)
-    return {n: statistics.median(t[1:]) for n, t in times.items()}
+            times[shape].append(time.perf_counter() - t0)
+    if relative:       # each round's T(shape)/T(1), then the median over rounds: drift between rounds cancels
+        times = {shape: [a / b for a, b in zip(t, times["chain", 1])] for shape, t in times.items()}
+    median = {shape: statistics.median(t[1:]) for shape, t in times.items()}
+    return ({n: median["chain", n] for n in ns}, {n: median["tree", n] for n in tree_sizes})
 
 
 def cmd_cost_curve(args) -> int:
@@ -47,7 +70,7 @@ def cmd_cost_curve(args) -> int:
     if args.max_n < 1 or args.context < 1 or args.repeats < 1:
         raise VerispecError("--max-n, --context and --repeats must be >= 1")
     sizes = parse_batch_sizes(args.batch) if args.batch else None   # bad sizes fail now, not after the timing
-    target = Target.load(args.model, args.dtype, args.device)
+    target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     if args.context + args.max_n > target.model.cfg.max_position:
         raise VerispecError("--context plus --max-n exceeds the model's context")
     ns = list(range(1, args.max_n + 1))

@@ -19,7 +19,7 @@ PROMPTS = [
 
 
 def cmd_demo(args) -> int:
-    target = Target.load(args.model, args.dtype, args.device)
+    target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     tok = target.tokenizer
     methods = [m for m in args.methods.split(",") if m and m != "plain"]
     plain = Engine(target.model)

@@ -142,7 +142,8 @@ class Sequence:
             elif tree is not None and (expected is not None or proposer.name in CHAIN_OF):
                 self.auto = profile.tree_chooser(proposer.name, tree.cut(cfg.k_max), expected)
             elif tree is None:   # a dynamic tree: verify its nodes, at most k_max deep, or decode plainly
-                self.auto = profile.dynamic_tree_chooser(proposer.name, proposer.max_nodes, cfg.k_max)
+                self.auto = profile.dynamic_tree_chooser(proposer.name, proposer.max_nodes - proposer.graft,
+                                                         cfg.k_max, expected)
         self._t_start = time.perf_counter()
 
     @property
@@ -223,7 +224,7 @@ class Sequence:
         depth = len(proposal.tokens) if proposal.tree is None else proposal.tree.depth
         self.stats.record_cycle(len(proposal.tokens), len(accepted), produced, depth)
         if self.auto is not None:
-            self.auto.update(min(len(accepted) + 1, depth), len(accepted))
+            self.auto.update(min(len(accepted) + 1, depth), len(accepted), len(proposal.tokens))
         return self.out[before:]
 
     def result(self) -> "Generation":

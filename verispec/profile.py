@@ -18,36 +18,14 @@ import time
 import torch
 
 from .autok import CostProfile
-from .costs import cost_curve
+from .costs import cost_curve, verify_times
 from .theory import expected_tokens, monotone_curve, speedup, truncated_geometric
 
 
-@torch.inference_mode()
 def tree_costs(model, sizes: list[int], context: int = 256, repeats: int = 5) -> dict[int, float]:
-    """T(tree of n nodes)/T(1) for breadth-first trees of top-2 choices (n nodes plus the root)."""
-    from .tree import build_tree, topk_per_depth
-    device = model.device
-    base = cost_curve(model, [1], context, repeats)[1]
-    full = topk_per_depth([2] * 8, max_nodes=1024)
-    out = {}
-    for n in sizes:
-        tree = build_tree(list(full.choices[:n]))      # breadth-first prefix: still a valid tree
-        cache = model.new_cache(context + n + 1)
-        prefix = torch.randint(0, model.cfg.vocab_size, (1, context), device=device)
-        model(prefix, torch.arange(context, device=device)[None], cache)
-        tokens = torch.randint(0, model.cfg.vocab_size, (1, n + 1), device=device)
-        positions = (context + torch.tensor(tree.depths, device=device))[None]
-        mask = torch.cat([torch.ones(n + 1, context, dtype=torch.bool), tree.ancestry], 1)[None].to(device)
-        times = []
-        for _ in range(repeats + 1):
-            cache.truncate(context)
-            t0 = time.perf_counter()
-            model.logits(model(tokens, positions, cache, mask))
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        out[n] = statistics.median(times[1:]) / base
-    return out
+    """T(tree of n nodes)/T(1) for breadth-first trees of top-2 choices (n nodes plus the root), each timed in
+    the same rounds as the one-token pass it is divided by."""
+    return verify_times(model, [1], sizes, context, repeats, relative=True)[1]
 
 
 def draft_cost(engine, context_ids: list[int], k: int = 4, repeats: int = 15) -> float:
@@ -164,14 +142,13 @@ def machine_costs(model, base: CostProfile, name: str, dtype: str) -> CostProfil
     key = hashlib.sha1(json.dumps([cpu, torch.__version__, torch.get_num_threads(), name, dtype, str(model.device),
                                    kernels.status() or [kernels.build_dir().name, kernels.isa(kernels.load())]]
                                   ).encode()).hexdigest()[:12]
-    path = home() / "profiles" / f"costs-{key}.json"
+    path = home() / "profiles" / f"verify-{key}.json"     # (costs-*.json: trees timed apart from chains)
     try:
         measured = json.loads(path.read_text())
     except (OSError, ValueError):
         print("verispec: measuring this machine's verify costs for --k auto (once, a few seconds) ...", file=sys.stderr)
-        times = cost_curve(model, list(range(1, 13)), 256, 3)
-        measured = {"curve": {n: t / times[1] for n, t in times.items()},
-                    "tree_curve": tree_costs(model, [4, 8, 16, 32], 256, 3)}
+        curve, trees = verify_times(model, list(range(1, 13)), [4, 8, 16, 32], 256, 7, relative=True)
+        measured = {"curve": curve, "tree_curve": trees}
         with atomic_file(path) as f:
             json.dump(measured, f)
     curve = {int(n): float(v) for n, v in measured["curve"].items()}
@@ -185,22 +162,29 @@ def machine_draft_cost(target, proposer, base: CostProfile, draft: str) -> CostP
     machine, target, draft, dtype, torch and thread count (a few seconds) and cached. A draft's c is the ratio of
     two models' passes, and it differs by machine: the Qwen pair's shipped 0.55, measured on an AVX2 VM, made
     `--k auto` give up on the 0.5B on code prompts on an AMX Xeon (0.98x) where it measures 0.35 and k = 4 gives
-    1.39x. `draft`: the draft's name or path (its identity in the cache key)."""
+    1.39x. `draft`: the draft's name or path (its identity in the cache key).
+
+    A proposer of dynamic trees (EAGLE-2) gets its c per cycle instead: one whole tree at auto k's deepest,
+    its head's catch-up step included. No profile holds that figure for the Qwen pair's head, and the default of
+    0.05 missed its cost by 5x."""
     import hashlib
     import json
     import sys
     from dataclasses import replace
 
     from . import kernels
-    from .engine import Engine
+    from .engine import Engine, GenerationConfig
     from .files import atomic_file
     from .model.loader import home
     from .proposers.draft_model import DraftModelProposer
     model = target.model
+    per_cycle = proposer.makes_trees and proposer.tree is None
     cpu = kernels.cpu_flags_lines() if model.device.type == "cpu" else [torch.cuda.get_device_name(model.device)]
+    from .api import draft_weights
     key = hashlib.sha1(json.dumps([cpu, torch.__version__, torch.get_num_threads(), target.folder, str(draft),
-                                   target.dtype, str(model.device),
+                                   target.dtype, draft_weights(target), str(model.device),
                                    kernels.status() or [kernels.build_dir().name, kernels.isa(kernels.load())]]
+                                  + ([proposer.name, proposer.max_nodes, proposer.graft] if per_cycle else [])
                                   ).encode()).hexdigest()[:12]
     path = home() / "profiles" / f"draft-{key}.json"
     try:
@@ -209,10 +193,15 @@ def machine_draft_cost(target, proposer, base: CostProfile, draft: str) -> CostP
         print("verispec: measuring this machine's draft cost for --k auto (once, a few seconds) ...", file=sys.stderr)
         context = torch.randint(0, model.cfg.vocab_size, (256,), generator=torch.Generator().manual_seed(0)).tolist()
         step = cost_curve(model, [1], 256, 3)[1]
-        c = draft_cost(Engine(model, DraftModelProposer(proposer.model)), context, repeats=5) / step
+        if per_cycle:
+            k = GenerationConfig().k_max
+            c = draft_cost(Engine(model, proposer.fork()), context, k=k, repeats=5) * k / step
+        else:
+            c = draft_cost(Engine(model, DraftModelProposer(proposer.model)), context, repeats=5) / step
         with atomic_file(path) as f:
             json.dump({"draft": c}, f)
-    return replace(base, draft_cost={**base.draft_cost, "draft": c},
+    name = proposer.name if per_cycle else "draft"
+    return replace(base, draft_cost={**base.draft_cost, name: c},
                    meta={**base.meta, "draft_cost": f"this machine ({path})"})
 
 
@@ -238,7 +227,7 @@ def cmd_profile(args) -> int:
     if not methods or not isinstance(args.k, int):
         raise VerispecError("profile needs at least one speculative method and a fixed --k")
     prompts = select(load_prompts(args.prompts), args.limit)
-    target = Target.load(args.model, args.dtype, args.device)
+    target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     model = target.model
     print("measuring the verify cost curve ...")
     curve = cost_curve(model, list(range(1, 17)), args.context, args.repeats)

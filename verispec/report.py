@@ -135,7 +135,7 @@ def cmd_report(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise VerispecError(f"cannot create {out}: {e}") from None
-    target = Target.load(args.model, args.dtype, args.device)
+    target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     model, chat = target.model, not args.no_chat
     make = lambda m: make_engine(m, target, args.draft, args.ngram_max)  # noqa: E731
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, seed=args.seed,

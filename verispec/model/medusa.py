@@ -41,13 +41,13 @@ class MedusaHeads(nn.Module):
         """Borrow the target's output-head rows for the head tokens ([H, D], `Llama.output_rows(head_ids)`; not a
         parameter: never trained)."""
         self.out = out_rows.detach()
-        self._out_product = product(self.out)
+        self.out_product = product(self.out)
         return self
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., D] final-normed target hidden states -> [..., K, H] logits over the head tokens."""
         feats = torch.stack([hidden + F.silu(b(hidden)) for b in self.blocks], -2)   # [..., K, D]
-        return self._out_product(feats.to(self.out.dtype))                            # [..., K, H] fp32
+        return self.out_product(feats.to(self.out.dtype))                            # [..., K, H] fp32
 
     def save(self, folder: Path, card: str, trees: dict) -> None:
         from safetensors.torch import save_file

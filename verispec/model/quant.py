@@ -124,6 +124,22 @@ def pack(raw: np.ndarray | torch.Tensor, kind: str, n: int, k: int, rows_per_chu
                   cat.get("dmin", _EMPTY))
 
 
+def q4_1(w: torch.Tensor) -> Packed:
+    """A float matrix [N, K] (K a multiple of 32) -> Q4_1 blocks in the kernel's layout: per 32 k of a row, m =
+    the fp16 minimum, d = the fp16 (max - min) / 15, q = round((w - m) / d) in 0..15. A lossy requantization,
+    for proposers (`requant`): about 5 bits a weight."""
+    n, k = w.shape
+    if k % 32:
+        raise VerispecError(f"Q4_1 needs K a multiple of 32, got [{n}, {k}]")
+    b = w.detach().float().cpu().reshape(n, k // 32, 32)
+    lo, hi = b.amin(-1), b.amax(-1)                                                  # [N, K/32]
+    d, m = ((hi - lo) / 15).half(), lo.half()
+    inv = torch.where(d.float() > 0, 1 / d.float(), torch.zeros_like(lo))
+    q = torch.round((b - m.float()[..., None]) * inv[..., None]).clamp(0, 15).to(torch.uint8).reshape(n, k)
+    return Packed("Q4_1", n, k, _words(_panels(q.numpy(), n), "Q4_1"), _EMPTY, _EMPTY, _panels(d.numpy(), n),
+                  _panels(m.numpy(), n))
+
+
 def merge(parts: list[Packed]) -> list[Packed]:
     """Weights stacked along the outputs (q, k and v; gate and up) -> as few Packed as give the same product: runs
     of one kind are joined panel by panel (every part but a run's last a whole number of panels, so the padding

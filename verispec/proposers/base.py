@@ -45,8 +45,10 @@ class Proposer:
                                         # typical acceptance, the tree cost model)
     max_nodes: int = 0                  # the most draft nodes one proposal holds (a static tree's size, a dynamic
                                         # tree's bound, plus a grafted n-gram path); chains: 0 (k bounds them)
+    graft: int = 0                      # of those, the most a grafted n-gram path adds (present only where the
+                                        # context repeats)
     reads_features: bool = False        # `observe` wants the target's hidden states (Medusa, EAGLE)
-    expected_accepted: float | None = None   # E[accepted tokens per cycle] at T = 0 (a static tree whose
+    expected_accepted: float | None = None   # E[accepted tokens per cycle] at T = 0 (a tree whose proposer's
                                              # acceptance was measured), for auto k's verify-or-plain gate
     draft_together = None               # callable(jobs) drafting many sequences in packed passes (serve.batch)
 

@@ -27,7 +27,7 @@ import torch
 
 from ..model.eagle import EagleHead
 from ..sampling import SamplingConfig, probs, sample
-from ..tree import TokenTree, build_tree
+from ..tree import TokenTree, build_tree, tree_from_acceptance
 from .base import Proposal, Proposer, widen
 from .ngram import with_lookup_path
 
@@ -37,7 +37,9 @@ class EagleProposer(Proposer):
     reads_features = True
 
     def __init__(self, head: EagleHead, mode: str = "chain", tree: TokenTree | None = None, nodes: int = 8,
-                 depth: int = 5, expand: int = 4, graft: int = 0):
+                 depth: int = 5, expand: int = 4, graft: int = 0, acceptance: list[list[float]] | None = None):
+        """acceptance: the head's measured per-depth, per-rank accuracy (its config's), a dynamic tree's prior
+        yield for auto k: that of the best static tree of `nodes` nodes."""
         if mode not in ("chain", "static", "dynamic"):
             raise ValueError(f"EAGLE mode must be chain, static or dynamic, got {mode!r}")
         if mode == "static" and tree is None:
@@ -49,6 +51,8 @@ class EagleProposer(Proposer):
             raise ValueError("an n-gram path is grafted onto EAGLE trees, not chains")
         self.nodes, self.depth, self.expand, self.graft = nodes, depth, expand, graft
         self.max_nodes = (tree.size if mode == "static" else nodes if mode == "dynamic" else 0) + graft
+        if mode == "dynamic" and acceptance:
+            self.expected_accepted = tree_from_acceptance(acceptance, nodes)[1]
         self.cache, self.feats, self.known, self.fed, self.root = None, None, 0, 0, None
 
     def fork(self) -> "EagleProposer":

@@ -28,7 +28,7 @@ def cmd_serve(args) -> int:
     limits = Limits(args.max_model_len, args.max_tokens, args.max_waiting, args.kv_cache_mb, args.max_k,
                     args.max_body_bytes)                # checked before the model loads
     allowed = parse_methods(args.allowed_methods)
-    target = Target.load(args.model, args.dtype, args.device)
+    target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     try:
         server = Server(target, args.method, args.k, args.max_batch, args.draft, args.name, args.tree, limits,
                         allowed, args.api_key or None, args.prefill_chunk, args.acceptance)
@@ -126,7 +126,7 @@ def cmd_bench_batch(args) -> int:
     if min(args.repeats, args.max_new_tokens, args.requests) < 1:
         raise VerispecError("--repeats, --requests and --max-new-tokens must be >= 1")
     prompts = round_robin(load_prompts(args.prompts))
-    target = Target.load(args.model, args.dtype, args.device)
+    target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     tok = target.tokenizer
     ids = [tok.prompt_ids(p.prompt) for p in prompts]
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, sampling=SamplingConfig(0.0),

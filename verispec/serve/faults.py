@@ -275,7 +275,7 @@ def cmd_faults(args) -> int:
         raise VerispecError("--fault-every must be >= 2, --long-prompt and --prefill-chunk >= 0")
     methods = [m for m in args.methods.split(",") if m]
     prompts = [p.prompt for p in load_prompts(args.prompts)][:6]
-    target = Target.load(args.model, args.dtype, args.device)
+    target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     server = Server(target, methods[0], max_batch=args.max_batch, draft=args.draft,
                     allowed_methods=list(dict.fromkeys(methods + ["plain"])), prefill_chunk=args.prefill_chunk)
     print(f"fault test: {args.clients} clients for {args.duration:g} s, a fault in every {args.fault_every}th "

@@ -67,7 +67,7 @@ def cmd_distill_data(args) -> int:
     else:
         with atomic_file(out / "manifest.json") as f:
             json.dump(manifest, f, indent=1)
-    target = Target.load(args.model, args.dtype, args.device)
+    target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     tok = target.tokenizer
     todo = [i for i in range(len(batches)) if not (out / f"shard-{i:05d}.pt").exists()]
     total = sum(len(b) for b in batches)
