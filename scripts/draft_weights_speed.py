@@ -18,6 +18,7 @@ from verispec.api import Target, load_draft, make_proposer
 from verispec.errors import VerispecError
 
 
+@torch.inference_mode()
 def main() -> int:
     torch.set_num_threads(2)
     args = sys.argv[1:]
@@ -45,12 +46,11 @@ def main() -> int:
         steps[f"EAGLE head {w}"] = (lambda h, cache: lambda: (
             h.logits(h(feats[:, -1:], tok, at - 1, cache)), cache.truncate(n - 1)))(h, cache)
     times = {k: [] for k in steps}
-    with torch.inference_mode():
-        for _ in range(25):
-            for k, f in steps.items():
-                t0 = time.perf_counter()
-                f()
-                times[k].append(time.perf_counter() - t0)
+    for _ in range(25):
+        for k, f in steps.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
     base = statistics.median(times["target"][1:])
     print(f"{model} {dtype}, median of 24 interleaved rounds")
     for k, t in times.items():

@@ -138,15 +138,19 @@ def test_a_draft_models_tree_is_gated_from_its_chains_profile():
 
 def test_auto_k_gates_draft_tree_in_the_engine(target_fp32):
     from verispec.api import DEFAULT_DRAFT
-    from verispec.autok import AutoTree, CostProfile
+    from verispec.autok import MARGIN, AutoTree, CostProfile
     from verispec.engine import GenerationConfig, Sequence
     from verispec.model import loader
     from verispec.proposers.draft_tree import DraftTreeProposer
+    from verispec.sampling import SamplingConfig
     model, tok = target_fp32
     draft, _, _ = loader.load(DEFAULT_DRAFT, "fp32", need_tokenizer=False, target_embedding=model.embed.weight)
     seq = Sequence(model, DraftTreeProposer(draft), tok.prompt_ids("Hi"), GenerationConfig(max_new_tokens=4, k="auto"),
                    CostProfile())
-    assert isinstance(seq.auto, AutoTree) and seq.auto.depth == 5
+    assert isinstance(seq.auto, AutoTree) and seq.auto.depth == 5 and seq.auto.margin == 0.0
+    sampled = Sequence(model, DraftTreeProposer(draft), tok.prompt_ids("Hi"),
+                       GenerationConfig(max_new_tokens=4, k="auto", sampling=SamplingConfig(1.0)), CostProfile())
+    assert sampled.auto.margin == MARGIN              # T > 0: sampling at every node costs what greedy timing missed
 
 
 def test_auto_tree_charges_the_nodes_each_cycle_verifies():

@@ -92,8 +92,8 @@ class CostProfile:
     def chooser(self, method: str, k_max: int = 12) -> "AutoK":
         return AutoK(self.draft_cost.get(method, 0.05), self.curve, self.alpha.get(method, 0.5), k_max=k_max)
 
-    def dynamic_tree_chooser(self, method: str, nodes: int, depth: int,
-                             expected_accepted: float | None = None) -> "AutoTree":
+    def dynamic_tree_chooser(self, method: str, nodes: int, depth: int, expected_accepted: float | None = None,
+                             margin: float = 0.0) -> "AutoTree":
         """A tree built anew each cycle (EAGLE-2): verify its `nodes` nodes, at most `depth` deep, or decode
         plainly. Its prior yield is `expected_accepted` (the proposer's, from its head's measured acceptance), else
         the best chain's at the method's profiled alpha (a tree holds that chain). c is per cycle."""
@@ -101,9 +101,11 @@ class CostProfile:
             a = min(self.alpha.get(method, 0.5), 0.999)
             expected_accepted = sum(a ** i for i in range(1, depth + 1))  # E[accepted] of a depth-long chain
         c = self.draft_cost.get(method, 0.05)
-        return AutoTree(self.tree_cost(nodes) + c, depth, expected_accepted, cost_of=lambda n: self.tree_cost(n) + c)
+        return AutoTree(self.tree_cost(nodes) + c, depth, expected_accepted, margin=margin,
+                        cost_of=lambda n: self.tree_cost(n) + c)
 
-    def tree_chooser(self, method: str, tree, expected_accepted: float | None = None) -> "AutoTree":
+    def tree_chooser(self, method: str, tree, expected_accepted: float | None = None,
+                     margin: float = 0.0) -> "AutoTree":
         """Verify the static `tree` or decode plainly. `expected_accepted` None (a draft model's tree, whose yield
         is not known ahead): the prior is the chain's yield at the method's chain alpha (the tree holds that
         chain), and a cycle's drafting, where the profile has no per-cycle cost for `method`, is one draft pass
@@ -116,8 +118,7 @@ class CostProfile:
             if c is None:
                 c = tree.depth * self.draft_cost.get(chain, 0.05)
         c = 0.05 if c is None else c
-        return AutoTree(self.tree_cost(tree.size) + c, tree.depth, expected_accepted,
-                        cost_of=lambda n: self.tree_cost(n) + c)
+        return AutoTree(self.tree_cost(tree.size) + c, tree.depth, expected_accepted, margin=margin)
 
 
 class _Probing:
@@ -187,14 +188,16 @@ class AutoK(_Probing):
 class AutoTree(_Probing):
     """The same decision for a token tree: verify it (k = its depth) or decode plainly (k = 0).
 
-    Predicted speedup (1 + m) / C: m a running mean of accepted tokens per tree cycle, C one of a cycle's cost,
-    T(1 + n)/T(1) + c for the n nodes it verified (`cost_of`). Both start from priors (m: the tree's expected
-    yield, measured at temperature 0; C: the cost of the tree alone) and follow what this request gets: at
-    higher temperatures deterministic candidates are accepted less often, and the gate closes; a grafted n-gram
-    path adds nodes, and cost, only where the context repeats. No margin by default: c here is the per-cycle
-    cost measured in situ, overheads included (the chain model's c is per token and misses the per-cycle ones,
-    hence MARGIN there); the profile predicted Medusa within 4%. A tree's yield per cycle (0, 1, 2 ... tokens) is
-    noisier than one chain token's acceptance, hence a longer memory."""
+    Predicted speedup (1 + m) / C: m a running mean of accepted tokens per tree cycle, starting from the tree's
+    expected yield (measured at temperature 0) and following what this request accepts: at higher temperatures
+    deterministic candidates are accepted less often, and the gate closes. C is the cost of a cycle: fixed (a static
+    tree's, as measured), or with `cost_of` (a dynamic tree's) a running mean of T(1 + n)/T(1) + c for the n nodes
+    each cycle verified, from the tree alone at first (a grafted n-gram path adds nodes, and cost, only where the
+    context repeats). No margin by default: c here is the per-cycle cost measured in situ, overheads included (the
+    chain model's c is per token and misses the per-cycle ones, hence MARGIN there); the profile predicted Medusa
+    within 4%. At T > 0 the engine asks for MARGIN too: c and the verify costs are measured greedy, and sampling at
+    every node of a tree costs more. A tree's yield per cycle (0, 1, 2 ... tokens) is noisier than one chain token's
+    acceptance, hence a longer memory."""
 
     def __init__(self, cost: float, depth: int, prior_accepted: float, prior_weight: float = 8.0,
                  forget: float = 0.95, probe_every: int = 8, max_probe_every: int = 64, margin: float = 0.0,

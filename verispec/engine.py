@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-from .autok import CHAIN_OF, CostProfile
+from .autok import CHAIN_OF, MARGIN, CostProfile
 from .errors import VerispecError
 from .model import ops
 from .model.llama import Llama
@@ -137,13 +137,14 @@ class Sequence:
         self.auto = None
         if cfg.k == "auto" and proposer is not None:
             expected = proposer.expected_accepted
+            margin = MARGIN if cfg.sampling.temperature > 0 else 0.0   # sampling at every node: unmeasured cost
             if not proposer.makes_trees:
                 self.auto = profile.chooser(proposer.name, cfg.k_max)
             elif tree is not None and (expected is not None or proposer.name in CHAIN_OF):
-                self.auto = profile.tree_chooser(proposer.name, tree.cut(cfg.k_max), expected)
+                self.auto = profile.tree_chooser(proposer.name, tree.cut(cfg.k_max), expected, margin)
             elif tree is None:   # a dynamic tree: verify its nodes, at most k_max deep, or decode plainly
                 self.auto = profile.dynamic_tree_chooser(proposer.name, proposer.max_nodes - proposer.graft,
-                                                         cfg.k_max, expected)
+                                                         cfg.k_max, expected, margin)
         self._t_start = time.perf_counter()
 
     @property
