@@ -18,7 +18,7 @@ from collections import defaultdict
 
 import torch
 
-from .api import TREE_METHODS, Target, make_engine
+from .api import TREE_METHODS, Target, draft_weights, make_engine
 from .engine import Engine, GenerationConfig
 from .errors import VerispecError
 from .files import atomic_file
@@ -139,7 +139,8 @@ def environment(args, target: Target | None = None) -> dict:
             "machine": platform.machine(), "processor": platform.processor(), "dtype": args.dtype,
             "device": args.device, "k": getattr(args, "ks", args.k), "temperature": args.temperature, "top_p": args.top_p,
             "top_k": args.top_k, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-            "repeats": getattr(args, "repeats", 1), "acceptance": getattr(args, "acceptance", "exact")}
+            "repeats": getattr(args, "repeats", 1), "acceptance": getattr(args, "acceptance", "exact"),
+            "draft_weights": draft_weights(target) if target is not None else None}
 
 
 def parse_ks(text: str) -> list[int | str]:
