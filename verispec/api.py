@@ -15,6 +15,7 @@ import torch
 from .autok import CostProfile
 from .engine import Engine, GenerationConfig
 from .errors import VerispecError
+from .flags import DRAFT_WEIGHTS
 from .model import catalog, loader
 from .model.llama import Llama
 from .model.tokenizer import StreamDecoder, Tokenizer
@@ -133,14 +134,10 @@ def make_proposer(method: str, target: Target, draft: str | None = None, ngram_m
 UNQUANTIZED_DRAFT = "bf16"
 
 
-# A proposer's weights: "q4" requantized to 4 bits with integer products (`model.requant`), "native" as loaded
-# (the draft's GGUF blocks in the target's dtype, or heads in heads_dtype), "auto" q4 beside a quantized target
-# where verispec's kernels run, else native. Like the dtype, this changes acceptance and speed, never the output.
-DRAFT_WEIGHTS = ("auto", "q4", "native")
-
-
 def draft_weights(target: Target) -> str:
-    """"q4" or "native": what `target.draft_weights` means here."""
+    """"q4" or "native": what `target.draft_weights` (`flags.DRAFT_WEIGHTS`) means here. native: the draft's GGUF
+    blocks in the target's dtype, or heads in heads_dtype. Like the dtype, this changes acceptance and speed,
+    never the output."""
     from . import kernels
     if target.draft_weights != "auto":
         return target.draft_weights

@@ -9,7 +9,7 @@ import sys
 from .errors import VerispecError
 from .export.commands import add_export_parser
 from .model import catalog
-from .flags import check_decoding_flags, format_stats, parse_k
+from .flags import DRAFT_WEIGHTS, check_decoding_flags, format_stats, parse_k
 from .train.flags import add_train_parsers
 
 
@@ -29,7 +29,7 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                         "fp32 model, fewer bytes; gguf-q8: the same weights with 8-bit activations and integer sums, "
                         "as llama.cpp computes, faster, a slightly different model); default: the named model's "
                         "(gguf for Qwen2.5-Coder), else bf16")
-    g.add_argument("--draft-weights", choices=("auto", "q4", "native"), default="auto",
+    g.add_argument("--draft-weights", choices=DRAFT_WEIGHTS, default="auto",
                    help="the draft's or heads' weights: q4 (requantized to 4 bits, integer products: cheaper to "
                         "read), native (as loaded), auto (q4 beside a --dtype gguf or gguf-q8 target on the CPU, else "
                         "native); acceptance and speed change, the output never does")

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 from .errors import VerispecError
 
+# --draft-weights: a proposer's weights, "q4" (requantized to 4 bits, integer products: `model.requant`), "native"
+# (as loaded) or "auto" (q4 beside a quantized target where verispec's kernels run: `api.draft_weights`)
+DRAFT_WEIGHTS = ("auto", "q4", "native")
+
 
 def parse_k(text: str) -> int | str:
     """An integer k >= 1, or "auto"."""
