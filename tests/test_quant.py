@@ -98,6 +98,20 @@ def test_q8linear_is_its_reference_and_row_invariant(kind, n, k):
     assert 0 < err < 0.02, err                                     # 8-bit activations: about 0.5% here
 
 
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K"])
+def test_a_prefills_rows_in_several_row_blocks_give_each_rows_bits(kind):
+    """A prefill's many rows are multiplied in blocks of rows (their 8-bit activations stay in cache while every
+    panel passes over them): with k = 8192, 150 rows make blocks of 64, 64 and 22. Each row gives the bits it
+    gives alone, and the reference's."""
+    n, k = 20, 8192
+    p = quant.pack(random_blocks(kind, n, k, seed=8), kind, n, k)
+    x = torch.randn(150, k, generator=torch.Generator().manual_seed(9))
+    got = quant.matmul_q8(x, p)
+    for i in (0, 63, 64, 127, 128, 149):
+        assert same_bits(got[i:i + 1], quant.matmul_q8(x[i:i + 1], p)), i
+    assert same_bits(got[60:70], quant.matmul_q8_reference(x[60:70], p))
+
+
 @pytest.mark.parametrize("kind,n,k", SHAPES)
 def test_q8linear_gives_the_same_bits_with_every_instruction_set(kind, n, k):
     """Forced to AVX2 the integer product runs `maddubs`; where the CPU has AVX-512 VNNI, `vpdpbusd`; where it has

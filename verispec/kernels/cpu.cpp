@@ -43,12 +43,13 @@ void linear_impl(const float* x, int64_t M, int64_t K, const T* wp, int64_t pane
     few_rows<T>(x, M, K, wp, panels, bias, y, N);
     return;
   }
-  // more rows: blocks of MC rows x KC k, one panel at a time; each slice is widened to fp32 once
-  at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> acc_buf(MC * 16), wbuf(KC * 16);
-    for (int64_t p = b; p < e; ++p) {
-      for (int64_t m0 = 0; m0 < M; m0 += MC) {
-        int64_t mb = std::min(MC, M - m0);
+  // more rows: blocks of MC rows (outermost: a block's rows stay in cache while every panel passes over them) x KC
+  // k, one panel at a time; each slice is widened to fp32 once per row block
+  for (int64_t m0 = 0; m0 < M; m0 += MC) {
+    const int64_t mb = std::min(MC, M - m0);
+    at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> acc_buf(MC * 16), wbuf(KC * 16);
+      for (int64_t p = b; p < e; ++p) {
         std::fill(acc_buf.begin(), acc_buf.end(), 0.0f);
         for (int64_t k0 = 0; k0 < K; k0 += KC) {
           int64_t kb = std::min(KC, K - k0);
@@ -62,8 +63,8 @@ void linear_impl(const float* x, int64_t M, int64_t K, const T* wp, int64_t pane
         }
         store_rows(acc_buf.data(), mb, 16, p, m0, bias, y, N);
       }
-    }
-  });
+    });
+  }
 }
 
 

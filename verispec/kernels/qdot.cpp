@@ -191,6 +191,8 @@ VNNI void tile512(const QWeight& w, int64_t p, const int8_t* xq, const float* dx
 constexpr int64_t AMX_MIN = 8;  // fewer rows: VNNI is as fast or faster (scripts/q8_isa_speed.py)
 template <bool V> constexpr int64_t MT_MAX = V ? 8 : 4;   // rows sharing each word's unpacked weights (registers)
 constexpr int64_t KB = 512;     // k per block when several row groups share a panel (its bytes stay in L1)
+constexpr int64_t XB = 256 << 10;   // bytes of 8-bit activations per block of rows (in L2 across panels)
+constexpr int64_t MB_MIN = 64;      // rows per block at least
 
 template <int KIND, bool V>
 void rows_tile(int64_t mt, const QWeight& w, int64_t p, const int8_t* xq, const float* dx, const int32_t* bs, int64_t k0,
@@ -234,22 +236,30 @@ int& q8_level() {
 template <int KIND, bool V>
 void q8_impl(const int8_t* xq, const float* dx, const int32_t* bs, int64_t M, const QWeight& w, int64_t panels,
              const float* bias, float* y, int64_t N) {
-  const int64_t K = w.K, nb = K / 32, ng = K / Traits<KIND>::G, groups = (M + MT_MAX<V> - 1) / MT_MAX<V>;
-  const int64_t kb = groups == 1 ? K : KB;
-  at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> acc(M * 16);
-    for (int64_t p = b; p < e; ++p) {
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t k0 = 0; k0 < K; k0 += kb)
-        for (int64_t g = 0, m0 = 0; g < groups; ++g) {
-          const int64_t mt = (M - m0) / (groups - g);              // balanced: 5 rows -> 2 + 3
-          rows_tile<KIND, V>(mt, w, p, xq + m0 * K, dx + m0 * nb, bs + m0 * ng, k0, std::min(K, k0 + kb),
-                          acc.data() + m0 * 16);
-          m0 += mt;
-        }
-      store_rows(acc.data(), M, 16, p, 0, bias, y, N);
-    }
-  });
+  const int64_t K = w.K, nb = K / 32, ng = K / Traits<KIND>::G;
+  // A prefill's many rows: blocks of rows whose 8-bit activations (about XB bytes) stay in L2 while every panel
+  // passes over them, not streamed from memory once per 16 outputs. Passes of up to MB_MIN rows (decoding,
+  // verification) stay one block: each block reads all the weights. Rows are independent: no bit changes.
+  const int64_t MB = std::max(MB_MIN, XB / K / MT_MAX<V> * MT_MAX<V>);
+  for (int64_t r0 = 0; r0 < M; r0 += MB) {
+    const int64_t mb = std::min(MB, M - r0), groups = (mb + MT_MAX<V> - 1) / MT_MAX<V>;
+    const int64_t kb = groups == 1 ? K : KB;
+    at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> acc(mb * 16);
+      for (int64_t p = b; p < e; ++p) {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t k0 = 0; k0 < K; k0 += kb)
+          for (int64_t g = 0, m0 = 0; g < groups; ++g) {
+            const int64_t mt = (mb - m0) / (groups - g);              // balanced: 5 rows -> 2 + 3
+            const int64_t m = r0 + m0;
+            rows_tile<KIND, V>(mt, w, p, xq + m * K, dx + m * nb, bs + m * ng, k0, std::min(K, k0 + kb),
+                               acc.data() + m0 * 16);
+            m0 += mt;
+          }
+        store_rows(acc.data(), mb, 16, p, r0, bias, y, N);
+      }
+    });
+  }
 }
 
 // x [M, K] fp32 -> xq [M, K] int8 (Q4_K, Q4_1: per 8 k, even k then odd k), dx [M, K/32], bs [M, K/G] (sums of xq)

@@ -224,12 +224,13 @@ void qlinear_impl(const float* x, int64_t M, const QWeight& w, int64_t panels, c
     });
     return;
   }
-  // more rows: blocks of MC rows x KC k, one panel at a time; each slice is dequantized once per row block
-  at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> acc_buf(MC * 16), wbuf(KC * 16);
-    for (int64_t p = b; p < e; ++p) {
-      for (int64_t m0 = 0; m0 < M; m0 += MC) {
-        const int64_t mb = std::min(MC, M - m0);
+  // more rows: blocks of MC rows (outermost: a block's rows stay in cache while every panel passes over them) x KC
+  // k, one panel at a time; each slice is dequantized once per row block
+  for (int64_t m0 = 0; m0 < M; m0 += MC) {
+    const int64_t mb = std::min(MC, M - m0);
+    at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
+      std::vector<float> acc_buf(MC * 16), wbuf(KC * 16);
+      for (int64_t p = b; p < e; ++p) {
         std::fill(acc_buf.begin(), acc_buf.end(), 0.0f);
         for (int64_t k0 = 0; k0 < K; k0 += KC) {
           const int64_t kb = std::min(KC, K - k0);
@@ -240,8 +241,8 @@ void qlinear_impl(const float* x, int64_t M, const QWeight& w, int64_t panels, c
         }
         store_rows(acc_buf.data(), mb, 16, p, m0, bias, y, N);
       }
-    }
-  });
+    });
+  }
 }
 
 }  // namespace
