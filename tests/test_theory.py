@@ -71,6 +71,27 @@ def test_auto_k_charges_a_costly_drafts_catch_up_to_its_probes():
     assert [cheap.next_k(40 + i) for i in range(4)] == [0, 0, 0, 1]        # a cheap draft's catch-up pays
 
 
+def test_auto_k_drafts_only_where_the_answer_repays_the_drafts_reading_of_the_prompt():
+    """Before its first draft a draft model reads the whole prompt. On a 1,000-token prompt that costs
+    c * T(1000)/T(1) target steps (0.3 * 101 = 30 here); drafting 64 tokens at a predicted 1.36x saves about 17:
+    auto k decodes plainly, and no probe forces the catch-up later. With 5,000 tokens to go, or a short prompt, it
+    drafts. The same holds for a draft model's tree."""
+    from verispec.autok import AutoK, CostProfile
+    curve = {n: 1 + 0.1 * (n - 1) for n in range(1, 13)}
+    auto = AutoK(c=0.3, curve=curve, prior_alpha=0.8, probe_every=2)
+    gain = speedup(0.8, best_k(0.8, 0.3, curve, 12), 0.3, curve)
+    assert 1.3 < gain < 1.4 and 64 * (1 - 1 / gain) < 0.3 * cost_ratio(curve, 1000)
+    assert [auto.next_k(1000 + i, 64 - i) for i in range(30)] == [0] * 30
+    assert AutoK(c=0.3, curve=curve, prior_alpha=0.8).next_k(1000, 5000) > 0
+    assert AutoK(c=0.3, curve=curve, prior_alpha=0.8).next_k(50, 64) > 0
+    assert AutoK(c=0.3, curve=curve, prior_alpha=0.8).next_k(1000) > 0         # no bound on the answer
+    from verispec.tree import topk_per_depth
+    prof = CostProfile(curve=curve, tree_curve={4: 1.3, 8: 1.6}, draft_cost={"draft": 0.1}, alpha={"draft": 0.8})
+    tree = prof.tree_chooser("draft-tree", topk_per_depth([2, 2, 1, 1, 1]), margin=0.1)   # predicted 1.29x
+    assert [tree.next_k(3000 + i, 64 - i) for i in range(30)] == [0] * 30     # 30 steps' catch-up: not even a probe
+    assert prof.tree_chooser("draft-tree", topk_per_depth([2, 2, 1, 1, 1])).next_k(3000, 5000) == 5
+
+
 def test_auto_k_probes_less_and_less_while_probes_fail_and_resets_when_drafts_pay():
     from verispec.autok import AutoK
     curve = {n: 1 + 0.05 * (n - 1) for n in range(1, 17)}

@@ -118,7 +118,9 @@ class CostProfile:
             if c is None:
                 c = tree.depth * self.draft_cost.get(chain, 0.05)
         c = 0.05 if c is None else c
-        return AutoTree(self.tree_cost(tree.size) + c, tree.depth, expected_accepted, margin=margin)
+        per_token = self.draft_cost.get(chain, 0.05) if method in CHAIN_OF else None
+        return AutoTree(self.tree_cost(tree.size) + c, tree.depth, expected_accepted, margin=margin,
+                        catch_up=None if per_token is None else lambda n: per_token * cost_ratio(self.curve, n))
 
 
 class _Probing:
@@ -127,10 +129,20 @@ class _Probing:
     After `probe_every` plain cycles one speculative probe keeps the estimate alive; each probe that leaves the
     choice at plain decoding doubles the wait before the next (up to `max_probe_every`)."""
 
-    def __init__(self, probe_every: int, max_probe_every: int, margin: float):
+    def __init__(self, probe_every: int, max_probe_every: int, margin: float,
+                 catch_up: Callable[[int], float] | None = None):
         self.base_probe_every, self.max_probe_every, self.probe_every = probe_every, max_probe_every, probe_every
-        self.margin = margin
+        self.margin, self.catch_up = margin, catch_up     # catch_up(n): plain steps for a draft model to read n tokens
         self.idle = 0
+
+    def repays(self, behind: int, remaining: int | None, gain: float) -> bool:
+        """Whether speculating at the predicted `gain` over the `remaining` tokens saves more target steps than
+        the catch-up it forces first: a draft model reads the `behind` tokens it has not seen (at the start, the
+        whole prompt) before it drafts. A long prompt and a short answer: decode plainly (the pair drafted by its
+        0.5B on a 1,123-token prompt, 64 new tokens: a 4.1 s catch-up, 0.77x plain)."""
+        if self.catch_up is None or remaining is None or behind <= 2:
+            return True
+        return remaining * (1 - 1 / gain) >= self.catch_up(behind)
 
     def _gate(self, k: int, probe_k: int, may_probe: bool = True) -> int:
         if k == 0:
@@ -150,7 +162,7 @@ class AutoK(_Probing):
     def __init__(self, c: float, curve: dict[int, float], prior_alpha: float, prior_weight: float = 4.0,
                  forget: float = 0.9, k_max: int = 12, probe_every: int = 8, max_probe_every: int = 64,
                  margin: float = MARGIN):
-        super().__init__(probe_every, max_probe_every, margin)
+        super().__init__(probe_every, max_probe_every, margin, lambda n: c * cost_ratio(curve, n))
         self.c, self.curve, self.k_max, self.forget = c, curve, k_max, forget
         self.accepted = prior_alpha * prior_weight
         self.rejected = (1 - prior_alpha) * prior_weight
@@ -159,24 +171,30 @@ class AutoK(_Probing):
     def alpha(self) -> float:
         return self.accepted / (self.accepted + self.rejected)
 
-    def next_k(self, behind: int = 0) -> int:
-        """k for the next cycle; `behind`: tokens the proposer must catch up on first (`Proposer.behind`)."""
+    def next_k(self, behind: int = 0, remaining: int | None = None) -> int:
+        """k for the next cycle; `behind`: tokens the proposer must catch up on first (`Proposer.behind`);
+        `remaining`: tokens this request may still generate (None: unbounded)."""
         k = best_k(self.alpha, self.c, self.curve, self.k_max)
-        if k and speedup(self.alpha, k, self.c, self.curve) < 1 + self.margin:
+        gain = speedup(self.alpha, k, self.c, self.curve)
+        if k and (gain < 1 + self.margin or not self.repays(behind, remaining, gain)):
             k = 0
-        return self._gate(k, 1, k > 0 or self.catch_up_pays(behind))
+        return self._gate(k, 1, k > 0 or self.catch_up_pays(behind, remaining))
 
-    def catch_up_pays(self, behind: int) -> bool:
+    def catch_up_pays(self, behind: int, remaining: int | None = None) -> bool:
         """Whether a probe after idling can pay for the catch-up it forces: a draft model that sat idle reads the
         `behind` tokens in one pass, about c * T(behind)/T(1) target steps (its cost curve taken as the target's),
         spread over the probe interval's cycles. Probe only if even drafts always accepted would then gain more
         than the margin; else stay plain and stop paying catch-ups (on the 1.5B drafted by the 0.5B, whose
-        c = 0.67, probes that re-read the whole prompt cost 10% of plain speed)."""
+        c = 0.67, probes that re-read the whole prompt cost 10% of plain speed); nor where drafting at that best
+        case for the `remaining` tokens would not repay the catch-up (`repays`)."""
         if behind <= 2:
             return True
-        extra = self.c * cost_ratio(self.curve, behind) / max(1, self.probe_every)
-        return any(expected_tokens(1.0, k) / (k * self.c + cost_ratio(self.curve, k + 1) + extra) >= 1 + self.margin
+        extra = self.catch_up(behind) / max(1, self.probe_every)
+        best = max(expected_tokens(1.0, k) / (k * self.c + cost_ratio(self.curve, k + 1))
                    for k in range(1, self.k_max + 1))
+        return self.repays(behind, remaining, best) and any(
+            expected_tokens(1.0, k) / (k * self.c + cost_ratio(self.curve, k + 1) + extra) >= 1 + self.margin
+            for k in range(1, self.k_max + 1))
 
     def update(self, checked: int, accepted: int, nodes: int | None = None) -> None:
         if checked == 0:
@@ -201,8 +219,8 @@ class AutoTree(_Probing):
 
     def __init__(self, cost: float, depth: int, prior_accepted: float, prior_weight: float = 8.0,
                  forget: float = 0.95, probe_every: int = 8, max_probe_every: int = 64, margin: float = 0.0,
-                 cost_of: Callable[[int], float] | None = None):
-        super().__init__(probe_every, max_probe_every, margin)
+                 cost_of: Callable[[int], float] | None = None, catch_up: Callable[[int], float] | None = None):
+        super().__init__(probe_every, max_probe_every, margin, catch_up)
         self.depth, self.forget, self.cost_of = depth, forget, cost_of
         self.total, self.spent, self.weight = prior_accepted * prior_weight, cost * prior_weight, prior_weight
 
@@ -215,9 +233,11 @@ class AutoTree(_Probing):
         """The running mean of a cycle's cost, in plain steps."""
         return self.spent / self.weight
 
-    def next_k(self, behind: int = 0) -> int:
-        return self._gate(self.depth if (1 + self.mean_accepted) / self.cost >= 1 + self.margin else 0,
-                          self.depth)
+    def next_k(self, behind: int = 0, remaining: int | None = None) -> int:
+        gain = (1 + self.mean_accepted) / self.cost
+        k = self.depth if gain >= 1 + self.margin and self.repays(behind, remaining, gain) else 0
+        # a probe after idling: only if even every path accepted whole would repay the catch-up it forces
+        return self._gate(k, self.depth, k > 0 or self.repays(behind, remaining, (1 + self.depth) / self.cost))
 
     def update(self, checked: int, accepted: int, nodes: int | None = None) -> None:
         """A verified cycle: `accepted` of its tree's `nodes` draft nodes were kept."""

@@ -185,7 +185,7 @@ class Sequence:
         if self.auto is None:
             k = self.cfg.longest_draft
         else:       # a probe after idling makes a draft model catch up on the tokens it missed: auto k charges it
-            k = self.auto.next_k(self.proposer.behind(self.context()))        # (auto exists only with a proposer)
+            k = self.auto.next_k(self.proposer.behind(self.context()), budget)    # (auto exists only with a proposer)
         return min(k, budget - 1) if self.proposer is not None and budget > 1 and k > 0 else 0
 
     def context(self) -> list[int]:
