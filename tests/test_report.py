@@ -98,3 +98,33 @@ def test_a_shipped_profile_takes_this_machines_draft_cost(target_bf16, tmp_path,
     assert engine_profile(target_bf16, draft, profile=own).draft_cost["draft"] == 0.3
     ngram = make_proposer("ngram", target_bf16)
     assert engine_profile(target_bf16, ngram, profile=shipped).draft_cost == shipped.draft_cost
+
+
+def test_a_drafts_cost_is_the_median_of_each_rounds_ratio_to_the_target_pass():
+    """c is timed against the target's pass in the same rounds: a VM that slows down halfway through slows both,
+    and each round's ratio stays put (timed apart, the second half's pass would be divided into the first half's
+    drafting)."""
+    import time
+    from types import SimpleNamespace
+
+    import pytest
+
+    from verispec.profile import draft_cost
+    from verispec.proposers.base import Proposal
+    slow = [1.0]
+
+    class Stub:
+        reads_features = False
+
+        def prepare(self, capacity):
+            pass
+
+        def propose(self, context, k, sampling, generator):
+            time.sleep(0.004 * k * slow[0])
+            return Proposal([])
+
+    def step():
+        time.sleep(0.01 * slow[0])
+        slow[0] = 3.0                                  # from the first round on, everything runs 3x slower
+    engine = SimpleNamespace(proposer=Stub(), static_tree=None, target=None)
+    assert draft_cost(engine, [1, 2, 3], k=4, repeats=6, per_step=step) == pytest.approx(0.4, rel=0.25)

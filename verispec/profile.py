@@ -28,9 +28,12 @@ def tree_costs(model, sizes: list[int], context: int = 256, repeats: int = 5) ->
     return verify_times(model, [1], sizes, context, repeats, relative=True)[1]
 
 
-def draft_cost(engine, context_ids: list[int], k: int = 4, repeats: int = 15) -> float:
+def draft_cost(engine, context_ids: list[int], k: int = 4, repeats: int = 15, per_step=None) -> float:
     """Seconds per draft token of the engine's proposer (per whole tree for tree proposers), median over
-    repeated proposals at the same point."""
+    repeated proposals at the same point. With `per_step` (a callable: one target pass, `one_token_pass`), each
+    round times that pass too, right after the proposal, and the result is the median of the rounds' ratios: c,
+    in target passes. (A draft timed apart from the pass it is divided by drifts with the VM: the default model's
+    draft measured c 0.092 in one session and 0.126 in the next, and auto k's choice turned on it.)"""
     from .sampling import SamplingConfig
     prop, tree = engine.proposer, engine.static_tree
     prop.prepare(len(context_ids) + max(k, tree.size if tree else 0) + 2)
@@ -43,8 +46,33 @@ def draft_cost(engine, context_ids: list[int], k: int = 4, repeats: int = 15) ->
                                      device=engine.target.device))
         t0 = time.perf_counter()
         prop.propose(context_ids, tree.depth if tree else k, SamplingConfig(0.0), g)
-        times.append(time.perf_counter() - t0)
+        t = time.perf_counter() - t0
+        if per_step is not None:
+            t0 = time.perf_counter()
+            per_step()
+            t /= time.perf_counter() - t0
+        times.append(t)
     return statistics.median(times[1:]) / (1 if tree else k)
+
+
+@torch.inference_mode()
+def one_token_pass(model, context: int = 256):
+    """A callable that runs one one-token pass (+ logits) of `model` after `context` cached random tokens."""
+    device = model.device
+    g = torch.Generator().manual_seed(0)
+    cache = model.new_cache(context + 2)
+    model(torch.randint(0, model.cfg.vocab_size, (1, context), generator=g).to(device),
+          torch.arange(context, device=device)[None], cache)
+    token = torch.randint(0, model.cfg.vocab_size, (1, 1), generator=g).to(device)
+    position = torch.tensor([[context]], device=device)
+
+    @torch.inference_mode()
+    def run():
+        cache.truncate(context)
+        model.logits(model(token, position, cache))
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    return run
 
 
 def in_situ_cost(runs: list[dict], method: str) -> float | None:
@@ -185,6 +213,7 @@ def machine_draft_cost(target, proposer, base: CostProfile, draft: str) -> CostP
                                    target.dtype, draft_weights(target), str(model.device),
                                    kernels.status() or [kernels.build_dir().name, kernels.isa(kernels.load())]]
                                   + ([proposer.name, proposer.max_nodes, proposer.graft] if per_cycle else [])
+                                  + ["rounds"]                 # c timed against the target pass round by round
                                   ).encode()).hexdigest()[:12]
     path = home() / "profiles" / f"draft-{key}.json"
     try:
@@ -192,12 +221,12 @@ def machine_draft_cost(target, proposer, base: CostProfile, draft: str) -> CostP
     except (OSError, ValueError, KeyError, TypeError):
         print("verispec: measuring this machine's draft cost for --k auto (once, a few seconds) ...", file=sys.stderr)
         context = torch.randint(0, model.cfg.vocab_size, (256,), generator=torch.Generator().manual_seed(0)).tolist()
-        step = cost_curve(model, [1], 256, 3)[1]
+        step = one_token_pass(model, 256)                  # timed in the same rounds: c is each round's ratio
         if per_cycle:
             k = GenerationConfig().k_max
-            c = draft_cost(Engine(model, proposer.fork()), context, k=k, repeats=5) * k / step
+            c = draft_cost(Engine(model, proposer.fork()), context, k=k, repeats=9, per_step=step) * k
         else:
-            c = draft_cost(Engine(model, DraftModelProposer(proposer.model)), context, repeats=5) / step
+            c = draft_cost(Engine(model, DraftModelProposer(proposer.model)), context, repeats=9, per_step=step)
         with atomic_file(path) as f:
             json.dump({"draft": c}, f)
     name = proposer.name if per_cycle else "draft"
