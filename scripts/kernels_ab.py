@@ -36,7 +36,7 @@ def load_build(folder: Path):
 def main() -> int:
     torch.set_num_threads(2)
     if len(sys.argv) != 7:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        print("usage: " + next(line.strip() for line in __doc__.splitlines() if "python scripts" in line), file=sys.stderr)
         return 2
     model, dtype, n, rounds, *dirs = sys.argv[1:]
     n, rounds = int(n), int(rounds)

@@ -27,7 +27,7 @@ PROMPTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "prompts" / 
 def main() -> int:
     torch.set_num_threads(2)
     if len(sys.argv) not in (4, 5):
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        print("usage: " + next(line.strip() for line in __doc__.splitlines() if "python scripts" in line), file=sys.stderr)
         return 2
     model, dtype, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     rounds = int(sys.argv[4]) if len(sys.argv) == 5 else 3
