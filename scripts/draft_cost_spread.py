@@ -7,9 +7,9 @@ auto k now caches), and timed apart from a separately measured pass (what it cac
 import torch
 
 from verispec.api import Target, load_draft
-from verispec.costs import cost_curve
+from verispec.costs import cost_curve, one_token_pass
 from verispec.engine import Engine
-from verispec.profile import draft_cost, one_token_pass
+from verispec.profile import draft_cost
 from verispec.proposers.draft_model import DraftModelProposer
 
 torch.set_num_threads(2)

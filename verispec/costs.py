@@ -14,6 +14,31 @@ import torch
 from .model.llama import Llama
 
 
+def primed_cache(model: Llama, context: int, room: int, g: torch.Generator):
+    """A new cache holding the keys and values of `context` random tokens (drawn from `g`), with `room` more."""
+    cache = model.new_cache(context + room)
+    prefix = torch.randint(0, model.cfg.vocab_size, (1, context), generator=g).to(model.device)
+    model(prefix, torch.arange(context, device=model.device)[None], cache)
+    return cache
+
+
+@torch.inference_mode()
+def one_token_pass(model: Llama, context: int = 256):
+    """A callable that runs one one-token pass (+ logits) of `model` after `context` cached random tokens."""
+    device, g = model.device, torch.Generator().manual_seed(0)
+    cache = primed_cache(model, context, 2, g)
+    token = torch.randint(0, model.cfg.vocab_size, (1, 1), generator=g).to(device)
+    position = torch.tensor([[context]], device=device)
+
+    @torch.inference_mode()
+    def run():
+        cache.truncate(context)
+        model.logits(model(token, position, cache))
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    return run
+
+
 @torch.inference_mode()
 def cost_curve(model: Llama, ns: list[int], context: int = 256, repeats: int = 7) -> dict[int, float]:
     """Median seconds of one forward (+ logits) over n new tokens after `context` cached tokens, for each n."""
@@ -30,10 +55,8 @@ def verify_times(model: Llama, ns: list[int], tree_sizes: list[int], context: in
     relative (1 in `ns`): each shape's median over rounds of its time over the one-token pass's in that round."""
     from .tree import build_tree, topk_per_depth
     device = model.device
-    cache = model.new_cache(context + max([*ns, *(n + 1 for n in tree_sizes)]))
     g = torch.Generator().manual_seed(0)
-    prefix = torch.randint(0, model.cfg.vocab_size, (1, context), generator=g).to(device)
-    model(prefix, torch.arange(context, device=device)[None], cache)
+    cache = primed_cache(model, context, max([*ns, *(n + 1 for n in tree_sizes)]), g)
     full = topk_per_depth([2] * 8, max_nodes=1024)
     shapes = {}                                         # (kind, n) -> (tokens [1, m], positions [1, m], mask)
     for n in ns:
@@ -139,10 +162,7 @@ def batch_cost_curve(model: Llama, batches: list[int], ns: list[int], context: i
     Each sequence has `context` cached tokens of its own; the pass is `Llama.forward_packed`, as the serving
     batch runs it (for B = 1, a plain forward)."""
     device, g = model.device, torch.Generator().manual_seed(0)
-    caches = [model.new_cache(context + max(ns)) for _ in range(max(batches))]
-    for cache in caches:
-        prefix = torch.randint(0, model.cfg.vocab_size, (1, context), generator=g).to(device)
-        model(prefix, torch.arange(context, device=device)[None], cache)
+    caches = [primed_cache(model, context, max(ns), g) for _ in range(max(batches))]
     positions = {n: torch.arange(context, context + n, device=device)[None] for n in ns}
     times = {b: {n: [] for n in ns} for b in batches}
     for _ in range(repeats + 1):                       # the first round warms up and is discarded

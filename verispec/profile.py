@@ -18,7 +18,7 @@ import time
 import torch
 
 from .autok import CostProfile
-from .costs import cost_curve, verify_times
+from .costs import cost_curve, one_token_pass, verify_times
 from .theory import expected_tokens, monotone_curve, speedup, truncated_geometric
 
 
@@ -53,26 +53,6 @@ def draft_cost(engine, context_ids: list[int], k: int = 4, repeats: int = 15, pe
             t /= time.perf_counter() - t0
         times.append(t)
     return statistics.median(times[1:]) / (1 if tree else k)
-
-
-@torch.inference_mode()
-def one_token_pass(model, context: int = 256):
-    """A callable that runs one one-token pass (+ logits) of `model` after `context` cached random tokens."""
-    device = model.device
-    g = torch.Generator().manual_seed(0)
-    cache = model.new_cache(context + 2)
-    model(torch.randint(0, model.cfg.vocab_size, (1, context), generator=g).to(device),
-          torch.arange(context, device=device)[None], cache)
-    token = torch.randint(0, model.cfg.vocab_size, (1, 1), generator=g).to(device)
-    position = torch.tensor([[context]], device=device)
-
-    @torch.inference_mode()
-    def run():
-        cache.truncate(context)
-        model.logits(model(token, position, cache))
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-    return run
 
 
 def in_situ_cost(runs: list[dict], method: str) -> float | None:
