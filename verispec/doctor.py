@@ -74,12 +74,16 @@ def checks(model, rows: int) -> list[tuple[str, bool]]:
 
 
 def fingerprint_line(target) -> str:
-    """This machine's fingerprint of the model, against the one recorded on another machine where there is one."""
+    """This machine's fingerprint of the model, against the one recorded on another machine where there is one (for
+    bf16 on AMX-BF16 tiles, whose bits are their own, against one recorded on an AMX machine: key `bf16+amx`)."""
     from .fingerprint import fingerprint, reference
     mine = fingerprint(target.model)
-    ref = reference(target.name, target.dtype)
+    lib = kernels.load()
+    amx = target.dtype == "bf16" and lib is not None and lib.fp_isa() == "amx"
+    key = target.dtype + ("+amx" if amx else "")
+    ref = reference(target.name, key)
     if ref is None:
-        return f"fingerprint: {mine} (the logits' bits on a fixed pass; none recorded for this model, dtype and torch)"
+        return f"fingerprint: {mine} (the logits' bits on a fixed pass; none recorded for this model, {key} and torch)"
     if ref["digest"] == mine:
         return f"fingerprint: {mine}, the same bits as recorded on {ref['machine']}: this machine decodes what it does"
     return (f"fingerprint: {mine}, NOT the {ref['digest']} recorded on {ref['machine']}: outputs here can differ "
@@ -98,8 +102,13 @@ def cmd_doctor(args) -> int:
     print(f"kernels: {built if why is None else why}")
     if why is None:
         lib = kernels.load()
-        print(f"float products and attention: {'AVX-512' if lib.fp_isa() == 'avx512' else 'AVX2'} (the same fp32 "
-              "instruction sequence per output with either instruction set: the same bits)")
+        wide = "AVX-512" if lib.fp_isa() in ("avx512", "amx") else "AVX2"
+        which = "fp32 and fp16 products" if lib.fp_isa() == "amx" else "float products"
+        print(f"{which} and attention: {wide} (the same fp32 instruction sequence per output with either "
+              "instruction set: the same bits)")
+        if lib.fp_isa() == "amx":
+            print("bf16 products: AMX-BF16 tiles, for every row count (each activation in two bf16 parts; rows "
+                  "invariant, but bits of this machine's own, not the AVX kernels': VERISPEC_ISA=avx512 gives those)")
         names = {"amx": f"AMX tiles from {lib.q8_amx_rows()} rows, AVX-512 VNNI below", "vnni": "AVX-512 VNNI",
                  "avx2": "AVX2"}
         print(f"integer products (gguf-q8): {names[lib.q8_isa()]} (exact integer sums: the same bits with every "

@@ -2,7 +2,8 @@
 
 The kernels run the same fp32 instruction sequence for every output whatever the CPU's instruction sets, so a
 model, dtype and torch version should give the same logits, bit for bit, on every x86-64 machine with AVX2 and
-FMA. `verispec doctor` prints the fingerprint and compares it with the one recorded for a named model in
+FMA; bf16 on AMX-BF16 tiles (`kernels/famx.h`) excepted, whose bits are their own, recorded apart as `bf16+amx`.
+`verispec doctor` prints the fingerprint and compares it with the one recorded for a named model in
 `model/fingerprints.json` (with the machine it was recorded on): equal digests mean this machine decodes
 exactly what that machine decodes, token for token, at any temperature and seed.
 """
@@ -34,7 +35,8 @@ def fingerprint(model) -> str:
 
 
 def reference(name: str | None, dtype: str) -> dict | None:
-    """The recorded fingerprint of a named model in this dtype with this torch version, or None."""
+    """The recorded fingerprint of a named model in this dtype (or `bf16+amx`: bf16 on AMX-BF16 tiles) with this
+    torch version, or None."""
     if name is None or not REFERENCES.exists():
         return None
     entry = json.loads(REFERENCES.read_text()).get(name, {}).get(dtype)

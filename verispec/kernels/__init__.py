@@ -4,7 +4,8 @@
 tensor): callers then use PyTorch's own operators, and `verispec doctor` reports that rows are not guaranteed to
 be invariant. Set VERISPEC_KERNELS=0 to force PyTorch's operators, VERISPEC_ISA=avx2 to keep the products off AVX-512 (the
 float product) and off AVX-512 VNNI and AMX (the integer product, gguf-q8) where the CPU has them, and
-VERISPEC_ISA=avx512 to keep the integer product off AMX: the same bits, more slowly, for comparisons.
+VERISPEC_ISA=avx512 to keep both products off AMX: the same bits, more slowly, for comparisons, except bf16
+products, which AMX-BF16 tiles give bits of their own (famx.h): VERISPEC_ISA=avx512 gives the portable ones.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 
 SOURCES = [Path(__file__).with_name(name)
            for name in ("cpu.cpp", "quant.cpp", "qdot.cpp", "qlayer.cpp", "stack.cpp")]
-HEADERS = [Path(__file__).with_name(name) for name in ("simd.h", "attention.h", "qweight.h", "qamx.h")]
+HEADERS = [Path(__file__).with_name(name) for name in ("simd.h", "attention.h", "qweight.h", "qamx.h", "famx.h")]
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fno-fast-math", "-fopenmp"]
 _state: dict = {}
 

@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #include "simd.h"
 #include "attention.h"
+#include "famx.h"
 #include <cmath>
 #include <type_traits>
 #include <string>
@@ -78,10 +79,15 @@ void linear_impl(const float* x, int64_t M, int64_t K, const T* wp, int64_t pane
 
 }  // namespace
 
-// x [M, K] fp32 contiguous; wp [panels, K, 16] (fp32, bf16 or fp16); bias [N] fp32 or empty -> y [M, N] fp32
+// x [M, K] fp32 contiguous; wp [panels, K, 16] (fp32, bf16 or fp16) or bf16 [panels, K/2, 32] (AMX, famx.h);
+// bias [N] fp32 or empty -> y [M, N] fp32
 torch::Tensor linear(torch::Tensor x, torch::Tensor wp, int64_t N, c10::optional<torch::Tensor> bias) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "linear: x must be [M, K] fp32");
-  TORCH_CHECK(wp.dim() == 3 && wp.size(2) == 16 && wp.is_contiguous() && wp.size(1) == x.size(1), "linear: bad panels");
+  const bool amx = wp.dim() == 3 && wp.size(2) == 32;       // bf16 panels for AMX tiles: [panels, K/2, 32]
+  TORCH_CHECK(wp.dim() == 3 && (wp.size(2) == 16 || amx) && wp.is_contiguous() &&
+              wp.size(1) * (amx ? 2 : 1) == x.size(1), "linear: bad panels");
+  TORCH_CHECK(!amx || (wp.scalar_type() == at::kBFloat16 && x.size(1) % 32 == 0 && fp_amx()),
+              "linear: AMX panels need bf16 weights, K a multiple of 32 and the AMX product on (set_fp_isa)");
   const int64_t M = x.size(0), K = x.size(1);
   auto y = torch::empty({M, N}, x.options());
   const float* b = nullptr;
@@ -90,6 +96,11 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor wp, int64_t N, c10::optional
     b = bias->data_ptr<float>();
   }
   if (M == 0) return y;
+  if (amx) {
+    famx_linear(x.data_ptr<float>(), M, K, reinterpret_cast<const uint16_t*>(wp.data_ptr()), wp.size(0), b,
+                y.data_ptr<float>(), N);
+    return y;
+  }
   const bool wide = fp_avx512();
   VS_DISPATCH(wp.scalar_type(), T, [&] {
     const T* w = reinterpret_cast<const T*>(wp.data_ptr());
@@ -99,13 +110,15 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor wp, int64_t N, c10::optional
   return y;
 }
 
-// The float product's instruction set now; set_fp_isa("avx2") or ("avx512", "best": AVX-512 where the CPU has it)
-// chooses (same bits either way)
-std::string fp_isa() { return fp_avx512() ? "avx512" : "avx2"; }
+// The float product's instruction set now: 'amx' (bf16 weights on AMX tiles, famx.h; other dtypes AVX-512),
+// 'avx512' or 'avx2'. set_fp_isa("avx2"), ("avx512": never AMX) or ("best") chooses. AVX2 and AVX-512 give the
+// same bits; AMX gives bf16 products bits of its own (each row's the same in any batch)
+std::string fp_isa() { return fp_amx() ? "amx" : fp_avx512() ? "avx512" : "avx2"; }
 std::string set_fp_isa(const std::string& isa) {
   TORCH_CHECK(isa == "avx2" || isa == "avx512" || isa == "best", "set_fp_isa: 'avx2', 'avx512' or 'best', got '",
               isa, "'");
   fp_avx512() = isa != "avx2" && cpu_has_avx512();
+  fp_amx() = isa == "best" && cpu_has_amx_bf16();
   return fp_isa();
 }
 
@@ -281,6 +294,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rms_norm", &rms_norm, "row-invariant RMSNorm");
   m.def("layer", &layer, "one decoder layer: the op-by-op path's calls in one");
   m.def("silu_mul", &silu_mul, "silu(gate) * up");
-  m.def("fp_isa", &fp_isa, "the float product's instruction set: 'avx512' or 'avx2'");
+  m.def("fp_isa", &fp_isa, "the float product's instruction set: 'amx' (bf16 weights), 'avx512' or 'avx2'");
   m.def("set_fp_isa", &set_fp_isa, "'avx2' forces the AVX2 float product, 'best' restores the best (same bits)");
 }

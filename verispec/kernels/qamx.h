@@ -8,31 +8,16 @@
 // in the order of the activations' (0 2 4 6)(1 3 5 7) layout, with `tdpbsud`. Each group's sums then leave the tile
 // and take the float operations of `tile512`, lane for lane, row by row: the same bits as the AVX2 and VNNI tiles.
 #pragma once
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 namespace {
 
 #define VS_AMX __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,amx-tile,amx-int8")))
 
-// Whether the CPU has AMX-TILE and AMX-INT8 and this process may use the tile registers (Linux asks for it once)
+// Whether the CPU has AMX-TILE and AMX-INT8 and this process may use the tile registers
 bool cpu_has_amx() {
-  static const bool v = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!cpu_has_vnni() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    if (!((d >> 24) & 1u) || !((d >> 25) & 1u)) return false;            // AMX-TILE, AMX-INT8
-    constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-  }();
+  static const bool v = cpu_has_vnni() && cpu_grants_amx((1u << 24) | (1u << 25));
   return v;
 }
-
-struct alignas(64) TileConfig {        // the `ldtilecfg` operand, palette 1
-  uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 constexpr int64_t AMX_ROWS = 16;       // rows per A tile
 

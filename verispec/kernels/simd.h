@@ -6,6 +6,9 @@
 #include <immintrin.h>
 #include <algorithm>
 #include <cstdint>
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace {
 
@@ -233,5 +236,20 @@ inline bool& fp_avx512() {
   static bool v = cpu_has_avx512();
   return v;
 }
+
+// Whether the CPU reports every AMX feature bit in `edx_bits` (CPUID leaf 7, EDX: 22 AMX-BF16, 24 AMX-TILE, 25
+// AMX-INT8) and Linux grants this process the tile state (asked once per process; asking again is harmless)
+inline bool cpu_grants_amx(unsigned edx_bits) {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || (d & edx_bits) != edx_bits) return false;
+  constexpr long ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18;
+  return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+}
+
+struct alignas(64) TileConfig {        // the `ldtilecfg` operand, palette 1
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
 
 }  // namespace

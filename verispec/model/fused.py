@@ -51,12 +51,15 @@ def _watch(mods) -> list:
 
 
 def _stamps(watch) -> list:
-    return [(t.data_ptr(), _version(t), t.dtype) for _, _, t in watch]
+    """What each watched tensor was, and (last) the float product's instruction set: it decides bf16 panels'
+    layout (`ops.amx_layout`)."""
+    return [(t.data_ptr(), _version(t), t.dtype) for _, _, t in watch] + [kernels.load().fp_isa()]
 
 
 def _unchanged(watch, stamps) -> bool:
-    return all(params.get(name) is t and (t.data_ptr(), _version(t), t.dtype) == stamp
-               for (params, name, t), stamp in zip(watch, stamps))
+    return stamps[-1] == kernels.load().fp_isa() and all(
+        params.get(name) is t and (t.data_ptr(), _version(t), t.dtype) == stamp
+        for (params, name, t), stamp in zip(watch, stamps))
 
 
 class _Fused:

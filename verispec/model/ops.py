@@ -62,12 +62,26 @@ def _rows(fn, x: torch.Tensor) -> torch.Tensor:
     return fn(x)
 
 
-def _panels(weight: torch.Tensor) -> torch.Tensor:
-    """[N, K] -> [ceil(N / 16), K, 16]: 16 outputs' weights side by side for each k (the kernel's layout)."""
+def _panels(weight: torch.Tensor, amx: bool | None = None) -> torch.Tensor:
+    """[N, K] -> [ceil(N / 16), K, 16]: 16 outputs' weights side by side for each k (the kernel's layout); with
+    `amx` (None: where the bf16 product runs on AMX tiles now, `amx_layout`) [P, K/2, 32]: for each pair of k,
+    the 16 outputs' two weights side by side, the layout an AMX tile loads."""
     n, k = weight.shape
     pad = -n % 16
     w = F.pad(weight.detach(), (0, 0, 0, pad)) if pad else weight.detach()
-    return w.view(-1, 16, k).transpose(1, 2).contiguous()
+    panels = w.view(-1, 16, k).transpose(1, 2)                                        # [P, K, 16]
+    if amx is None:
+        amx = amx_layout(weight)
+    if not amx:
+        return panels.contiguous()
+    return panels.reshape(-1, k // 2, 2, 16).transpose(2, 3).reshape(-1, k // 2, 32).contiguous()
+
+
+def amx_layout(weight: torch.Tensor) -> bool:
+    """Whether this weight's product runs on AMX tiles now (bf16, K a multiple of 32, the CPU's AMX-BF16 on)."""
+    lib = kernels.load()
+    return (weight.dtype == torch.bfloat16 and weight.shape[-1] % 32 == 0 and lib is not None
+            and lib.fp_isa() == "amx")
 
 
 def _version(t: torch.Tensor) -> int:
@@ -82,9 +96,10 @@ class _Packed:
         self.key, self.panels, self.bias = None, None, None
 
     def get(self, weight: torch.Tensor, bias: torch.Tensor | None):
-        key = (weight.data_ptr(), _version(weight), weight.dtype, None if bias is None else _version(bias))
+        amx = amx_layout(weight)
+        key = (weight.data_ptr(), _version(weight), weight.dtype, None if bias is None else _version(bias), amx)
         if key != self.key:
-            self.panels = _panels(weight)
+            self.panels = _panels(weight, amx)
             self.bias = None if bias is None else bias.detach().float().contiguous()
             self.key = key
         return self.panels, self.bias
