@@ -7,11 +7,12 @@
 // in steps of 32: per step C += hi . W, then C += lo . W; then the bias. `tdpbf16ps` multiplies bf16 pairs
 // exactly and accumulates in fp32 in an order of its own that no AVX instruction sequence reproduces (tried:
 // sequential, pairwise and tree orders), so these bits are not the AVX2 / AVX-512 kernels' (which every other
-// machine gives): they are this machine's, the same for a row alone and in any batch (a tile computes each row from that row's operands alone; tests/test_invariance.py checks 1-300 rows).
-// `set_fp_isa("avx512")` keeps the product off AMX, for the portable bits.
+// machine gives): they are this machine's, the same for a row alone and in any batch (a tile computes each row
+// from that row's operands alone; tests/test_invariance.py checks 1-300 rows). `set_fp_isa("avx512")` keeps the
+// product off AMX, for the portable bits.
 //
 // Speed (8 tile registers; a tile load waits for the products still reading its register): one row tile runs
-// panel quads, its hi and lo tiles shared by four panels (decoding as fast as the AVX-512 product); more run two
+// four panels at a time, its hi and lo tiles shared by them (decoding as fast as the AVX-512 product); more run two
 // row tiles x two panels, 6 tile loads per 8 products.
 //
 // Layouts. A tile: R rows (1..16) x 32 bf16 of k (64 bytes), a row stride of K. B tile: 16 rows x 64 bytes, row j
@@ -62,16 +63,16 @@ VS_FAMX void split_rows(const float* x, int64_t M, int64_t b, int64_t e, int64_t
     }
 }
 
-// One row tile (R rows, the activations' only tile: decoding, short chains), panel quads [b, e) of y (+ bias), on
-// one thread. Tiles: C 0-3 (panels p .. p + 3); A 4 (hi), 5 (lo); B 6, 7. Per k step: each C += hi . B, then
-// C += lo . B, the quad's four panels sharing the A loads.
+// One row tile (R rows, the activations' only tile: decoding, short chains), panels [b, e) of y (+ bias) four
+// at a time, on one thread. Tiles: C 0-3 (panels p .. p + 3); A 4 (hi), 5 (lo); B 6, 7. Per k step: each
+// C += hi . B, then C += lo . B, the four panels sharing the A loads.
 VS_FAMX void famx_quads(int64_t b, int64_t e, const uint16_t* hi, const uint16_t* lo, int64_t R, int64_t K,
-                        const uint16_t* wp, int64_t panels, const float* bias, float* y, int64_t N) {
+                        const uint16_t* wp, const float* bias, float* y, int64_t N) {
   configure_tiles(R);
   alignas(64) float acc[16 * 64];
   const int64_t lda = K * 2, ps = K * 16;
-  for (int64_t q = b; q < e; ++q) {
-    const int64_t p = 4 * q, np = std::min<int64_t>(4, panels - p), width = 16 * np;
+  for (int64_t p = b; p < e; p += 4) {
+    const int64_t np = std::min<int64_t>(4, e - p), width = 16 * np;
     const uint16_t* w = wp + p * ps;
     _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
     for (int64_t k = 0; k < K; k += 32) {
@@ -99,17 +100,17 @@ VS_FAMX void famx_quads(int64_t b, int64_t e, const uint16_t* hi, const uint16_t
   _tile_release();
 }
 
-// Two row tiles at a time (Mp rows, tiles of R; M of them real, written from row m0 of y), panel pairs [b, e), on
-// one thread. Tiles: C 0, 1 (row tile t x panels p, p + 1), 2, 3 (row tile t + 1); A 4, 5 (t's and t + 1's hi,
-// then their lo); B 6, 7. The same operations per output as `famx_quads`.
+// Two row tiles at a time (Mp rows, tiles of R; M of them real, written from row m0 of y), panels [b, e) two
+// at a time, on one thread. Tiles: C 0, 1 (row tile t x panels p, p + 1), 2, 3 (row tile t + 1); A 4, 5 (t's
+// and t + 1's hi, then their lo); B 6, 7. The same operations per output as `famx_quads`.
 VS_FAMX void famx_pairs(int64_t b, int64_t e, const uint16_t* hi, const uint16_t* lo, int64_t M, int64_t Mp,
-                        int64_t R, int64_t K, const uint16_t* wp, int64_t panels, const float* bias, float* y,
-                        int64_t N, int64_t m0) {
+                        int64_t R, int64_t K, const uint16_t* wp, const float* bias, float* y, int64_t N,
+                        int64_t m0) {
   configure_tiles(R);
   alignas(64) float acc[32 * 32];
   const int64_t lda = K * 2, ps = K * 16;
-  for (int64_t pp = b; pp < e; ++pp) {
-    const int64_t p = 2 * pp, width = p + 1 < panels ? 32 : 16;
+  for (int64_t p = b; p < e; p += 2) {
+    const int64_t width = p + 1 < e ? 32 : 16;
     const bool two = width == 32;
     const uint16_t *w0 = wp + p * ps, *w1 = w0 + ps;
     for (int64_t r0 = 0; r0 < Mp; r0 += 2 * R) {
@@ -151,22 +152,22 @@ VS_FAMX void famx_pairs(int64_t b, int64_t e, const uint16_t* hi, const uint16_t
 // y [M, N] (+ bias) = x [M, K] fp32 @ W.T, W bf16 in AMX panels [panels, K/2, 32] (row j of a panel: w[2j, n],
 // w[2j + 1, n] for its 16 outputs n), K a multiple of 32. Rows in tiles of R (balanced, up to 16) and blocks of
 // up to 8 tiles (outermost: a block's activations stay in cache while every panel passes over them), each
-// block's panel pairs shared by the threads.
+// block's panels shared evenly by the threads.
 inline void famx_linear(const float* x, int64_t M, int64_t K, const uint16_t* wp, int64_t panels, const float* bias,
                         float* y, int64_t N) {
   const int64_t tiles = (M + 15) / 16, R = (M + tiles - 1) / tiles, Mp = R * tiles;
   std::vector<uint16_t> hi(Mp * K), lo(Mp * K);
   at::parallel_for(0, Mp, 16, [&](int64_t b, int64_t e) { split_rows(x, M, b, e, K, hi.data(), lo.data()); });
   if (tiles == 1) {
-    at::parallel_for(0, (panels + 3) / 4, 1, [&](int64_t b, int64_t e) {
-      famx_quads(b, e, hi.data(), lo.data(), R, K, wp, panels, bias, y, N);
+    at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {      // even shares of panels: any grouping of
+      famx_quads(b, e, hi.data(), lo.data(), R, K, wp, bias, y, N);  // panels gives each output the same steps
     });
     return;
   }
   for (int64_t m0 = 0; m0 < Mp; m0 += 8 * R) {
     const int64_t mp = std::min(8 * R, Mp - m0), mv = std::max<int64_t>(0, std::min(mp, M - m0));
-    at::parallel_for(0, (panels + 1) / 2, 1, [&](int64_t b, int64_t e) {
-      famx_pairs(b, e, hi.data() + m0 * K, lo.data() + m0 * K, mv, mp, R, K, wp, panels, bias, y, N, m0);
+    at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
+      famx_pairs(b, e, hi.data() + m0 * K, lo.data() + m0 * K, mv, mp, R, K, wp, bias, y, N, m0);
     });
   }
 }
