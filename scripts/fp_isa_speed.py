@@ -1,6 +1,7 @@
-"""The float product (bf16 weights, fp32 activations) on AVX2 against AVX-512, side by side: median ms of one
+"""The float product (bf16 weights, fp32 activations) on AVX2 against the best here, side by side: median ms of one
 product per row count for the default model's shapes, with weights cached (the product's own speed, not memory's).
-Both give the same bits (tests/test_invariance.py). On a CPU without AVX-512 both columns run AVX2.
+AVX-512 gives AVX2's bits (tests/test_invariance.py); AMX-BF16 tiles, the best where the CPU has them, give bits
+of their own (kernels/famx.h). On a CPU without AVX-512 both columns run AVX2.
 Usage: python scripts/fp_isa_speed.py"""
 import torch
 
@@ -20,13 +21,14 @@ def median_ms(fn, repeats=7):
 
 
 for n, k in ((3072, 576), (576, 1536), (49152, 576)):
-    panels = ops._panels(torch.randn(n, k).bfloat16())
+    w = torch.randn(n, k).bfloat16()
     for m in (1, 4, 9, 17, 33, 65, 512):
         x = torch.randn(m, k)
         ms = {}
         try:
             for isa in ("avx2", "best"):
                 lib.set_fp_isa(isa)
+                panels = ops._panels(w)                     # the layout this product loads (AMX-BF16's, or not)
                 ms[isa] = median_ms(lambda: lib.linear(x, panels, n, None))
         finally:
             lib.set_fp_isa("best")

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from verispec import kernels
-from verispec.model import quant
+from verispec.model import ops, quant
 
 
 def build(folder: str):
@@ -78,9 +78,9 @@ def main():
         for i in range(n_layers):
             for label, n, k in shapes:
                 w = (torch.randn(n, k, generator=g) * 0.05).bfloat16()
-                b_ops.append((label, k, w.view(-1, 16, k).transpose(1, 2).contiguous(), n))
+                b_ops.append((label, k, ops._panels(w), n))      # AMX-BF16's layout where it runs
         w = (torch.randn(V, D, generator=g) * 0.05).bfloat16()
-        b_ops.append(("output", D, w.view(-1, 16, D).transpose(1, 2).contiguous(), V))
+        b_ops.append(("output", D, ops._panels(w), V))
         del w
 
     def q_call(lib, x, p):

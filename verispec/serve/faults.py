@@ -3,8 +3,9 @@
 The server runs as `verispec serve` runs it (decoding on the main thread, HTTP on another); the clients run on a
 third thread. First each well-formed request of a fixed pool (greedy and seeded sampled, over a few prompts, and
 one long prompt) is sent alone, one after the other, recording the output each request gets alone; then one
-round of C requests at once. That is the warm-up. Then C clients send requests for the given time; every
-`fault_every`-th request is a fault, in turn:
+round of C requests at once. That is the warm-up. Then C clients send requests for the given time, and on until
+every kind of fault has been sent at least once (at most ten times the given time: a slow machine still
+exercises them all); every `fault_every`-th request is a fault, in turn:
   malformed JSON, an oversize body, an unknown method, a huge max_tokens (each must get its 4xx);
   a client leaving before its first token, one leaving mid-stream, one leaving right after a stop string;
   a planted failure (a test-only hook of the batch makes one sequence raise after two tokens: it must get its
@@ -156,8 +157,12 @@ class Run:
         short = [i for i, r in enumerate(self.reqs) if not r.get("long")]
         long_ = [i for i, r in enumerate(self.reqs) if r.get("long")]
 
+        def busy() -> bool:             # the duration, then on until every fault kind was sent once (10x at most)
+            elapsed = time.perf_counter() - start
+            return elapsed < duration or (elapsed < 10 * duration and not all(self.faults[k] for k in FAULTS))
+
         async def worker(w: int, client):
-            while time.perf_counter() - start < duration:
+            while busy():
                 self.long_phase = time.perf_counter() - start >= duration / 2
                 if w == 0 and self.long_phase and long_:
                     i, stream = long_[0], False                   # one client sends long prompts, second half
