@@ -58,14 +58,14 @@ def _draft_gguf(target, draft: str | None):
 
 
 def probe(path: str, threads: int) -> None:
-    """llama.cpp first decodes one token of `path` in a child process, so that a build which crashes on this CPU
-    is a one-line error instead of the end of the bench (seen: llama-cpp-python 0.3.36 built natively on an AMX
-    machine, signal 11 at its first decode)."""
+    """llama.cpp first decodes a short prompt of `path` in a child process, so that a build which crashes on this
+    CPU is a one-line error instead of the end of the bench (seen: llama-cpp-python 0.3.36 built natively on an
+    AMX machine, signal 11 at its first decode of two or more prompt tokens; one token passed)."""
     import subprocess
     import sys
     code = ("import sys, llama_cpp\n"
             "m = llama_cpp.Llama(sys.argv[1], n_ctx=64, n_threads=int(sys.argv[2]), verbose=False)\n"
-            "next(iter(m.generate(m.tokenize(b'def'), temp=0.0, top_k=1)))\n")
+            "next(iter(m.generate(m.tokenize(b'def mean(values): return sum(values)'), temp=0.0, top_k=1)))\n")
     done = subprocess.run([sys.executable, "-c", code, path, str(threads)], capture_output=True, text=True)
     if done.returncode < 0:
         raise VerispecError(f"llama.cpp crashed (signal {-done.returncode}) decoding {Path(path).name} on this "
