@@ -70,8 +70,8 @@ def probe(path: str, threads: int) -> None:
     if done.returncode < 0:
         raise VerispecError(f"llama.cpp crashed (signal {-done.returncode}) decoding {Path(path).name} on this "
                             "machine: rebuild llama-cpp-python without AMX, e.g. CMAKE_ARGS=\"-DGGML_NATIVE=OFF "
-                            "-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON\" pip install --force-reinstall --no-deps "
-                            "llama-cpp-python==0.3.36")
+                            "-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON\" pip install --no-cache-dir --force-reinstall "
+                            "--no-deps llama-cpp-python==0.3.36")
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1][:200]
         raise VerispecError(f"llama.cpp could not decode {Path(path).name}: {last}")
