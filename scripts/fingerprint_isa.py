@@ -22,7 +22,8 @@ best = torch.backends.cpu.get_cpu_capability()
 caps = {"AVX512": ["AVX512", "AVX2", "DEFAULT"], "AVX2": ["AVX2", "DEFAULT"]}.get(best, ["DEFAULT"])   # best first
 amx = "amx_bf16" in kernels.cpu_flags()       # bf16 on AMX tiles: bits of their own; avx512: the portable ones
 settings = [({"ATEN_CPU_CAPABILITY": c.lower()} | ({"VERISPEC_ISA": "avx2"} if c != best else {}))
-            for c in caps] + ([{"VERISPEC_ISA": "avx512"}] if amx else []) + [{"VERISPEC_KERNELS": "0", "ATEN_CPU_CAPABILITY": c.lower()} for c in caps]
+            for c in caps] + ([{"VERISPEC_ISA": "avx512"}] if amx else []) + [
+               {"VERISPEC_KERNELS": "0", "ATEN_CPU_CAPABILITY": c.lower()} for c in caps]
 for extra in settings:
     env = dict(os.environ, **extra)
     run = subprocess.run([sys.executable, "-c", CODE, MODEL, *DTYPES], env=env, capture_output=True, text=True)

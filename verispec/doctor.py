@@ -78,9 +78,7 @@ def fingerprint_line(target) -> str:
     bf16 on AMX-BF16 tiles, whose bits are their own, against one recorded on an AMX machine: key `bf16+amx`)."""
     from .fingerprint import fingerprint, reference
     mine = fingerprint(target.model)
-    lib = kernels.load()
-    amx = target.dtype == "bf16" and lib is not None and lib.fp_isa() == "amx"
-    key = target.dtype + ("+amx" if amx else "")
+    key = target.dtype + ("+amx" if target.dtype == "bf16" and kernels.bf16_on_amx() else "")
     ref = reference(target.name, key)
     if ref is None:
         return f"fingerprint: {mine} (the logits' bits on a fixed pass; none recorded for this model, {key} and torch)"

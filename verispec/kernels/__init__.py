@@ -57,6 +57,12 @@ def isa(module) -> str:
     return f"float {module.fp_isa()}, integer {module.q8_isa()}"
 
 
+def bf16_on_amx() -> bool:
+    """Whether the kernels are loaded and their bf16 product runs on AMX-BF16 tiles now (bits of its own)."""
+    module = load()
+    return module is not None and module.fp_isa() == "amx"
+
+
 def unavailable_reason() -> str | None:
     """Why the kernels cannot run on this machine, or None."""
     if os.environ.get("VERISPEC_KERNELS", "1") == "0":

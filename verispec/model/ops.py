@@ -79,9 +79,7 @@ def _panels(weight: torch.Tensor, amx: bool | None = None) -> torch.Tensor:
 
 def amx_layout(weight: torch.Tensor) -> bool:
     """Whether this weight's product runs on AMX tiles now (bf16, K a multiple of 32, the CPU's AMX-BF16 on)."""
-    lib = kernels.load()
-    return (weight.dtype == torch.bfloat16 and weight.shape[-1] % 32 == 0 and lib is not None
-            and lib.fp_isa() == "amx")
+    return weight.dtype == torch.bfloat16 and weight.shape[-1] % 32 == 0 and kernels.bf16_on_amx()
 
 
 def _version(t: torch.Tensor) -> int:
