@@ -56,7 +56,7 @@ def test_the_bf16_product_on_amx_tiles_gives_each_row_its_own_bits():
     lib = kernels.load()
     assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
     flags = kernels.cpu_flags()
-    has = {"amx_bf16", "amx_tile", "avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags
+    has = {"amx_bf16", "amx_tile", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"} <= flags
     assert lib.set_fp_isa("best") == ("amx" if has else "avx512" if "avx512f" in flags else "avx2"), sorted(flags)
     if not has:
         return
@@ -92,7 +92,9 @@ def test_attention_gives_the_same_bits_with_every_instruction_set(dtype, heads, 
     sharing each key and value load; forced to AVX2 it runs the 8-lane sequences that define the bits. Rows of
     three sequences (a prefill-like chain, a tree with extra slots, one decoding row) over contexts that end inside,
     on and past the chunk boundaries, head sizes 24 to 128 (24: no 16-lane value path) and 1 to 7 query heads per
-    key head: every output equals the AVX2 one bit for bit. On a CPU without AVX-512 both runs are AVX2."""
+    key head: every output equals the AVX2 one bit for bit. On a CPU without AVX-512 both runs are AVX2. Where the
+    bf16 product runs on AMX tiles, bf16 caches with head sizes that are multiples of 32 take the tiles too
+    (`test_attention_on_amx_tiles_gives_each_row_its_own_bits`), so there the AVX-512 run is forced."""
     lib = kernels.load()
     assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
     g = torch.Generator().manual_seed(11)
@@ -110,17 +112,76 @@ def test_attention_gives_the_same_bits_with_every_instruction_set(dtype, heads, 
     extra = torch.tensor([e + [0] * (width - len(e)) for e in extra], dtype=torch.long)
     q = torch.randn(len(seq), heads, d, generator=g)
     args = (ks, vs, torch.tensor(seq), torch.tensor(ctx), extra, torch.tensor(n_extra), d ** -0.5, ops.CHUNK)
-    best = lib.fp_isa()
+    tiles = lib.fp_isa() == "amx" and dtype == torch.bfloat16 and d % 32 == 0
     try:
         lib.set_fp_isa("avx2")
         narrow = lib.attention(q, *args)
+        lib.set_fp_isa("avx512" if tiles else "best")
+        wide = lib.attention(q, *args)
+        alone = torch.cat([lib.attention(q[i:i + 1], ks, vs, args[2][i:i + 1], args[3][i:i + 1], extra[i:i + 1],
+                                         args[5][i:i + 1], *args[6:]) for i in range(len(seq))])
     finally:
         lib.set_fp_isa("best")
-    wide = lib.attention(q, *args)
-    alone = torch.cat([lib.attention(q[i:i + 1], ks, vs, args[2][i:i + 1], args[3][i:i + 1], extra[i:i + 1],
-                                     args[5][i:i + 1], *args[6:]) for i in range(len(seq))])
+    best = lib.fp_isa()
     assert torch.equal(wide.view(torch.int32), narrow.view(torch.int32)), (best, heads, kv_heads, d)
     assert torch.equal(wide.view(torch.int32), alone.view(torch.int32)), (best, heads, kv_heads, d)
+    if not tiles:
+        assert torch.equal(lib.attention(q, *args).view(torch.int32), wide.view(torch.int32)), (best, heads, d)
+
+
+def reference_attention(q, ks, vs, seq, ctx, extra, n_extra):
+    """Float64 attention of each row over its slots (context, then extra), for bounds on the kernels' error."""
+    heads, kv_heads = q.shape[1], ks[0].shape[0]
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    for i in range(q.shape[0]):
+        slots = list(range(int(ctx[i]))) + extra[i, :int(n_extra[i])].tolist()
+        for h in range(heads):
+            kh = h // (heads // kv_heads)
+            keys, values = ks[int(seq[i])][kh, slots].double(), vs[int(seq[i])][kh, slots].double()
+            out[i, h] = torch.softmax(keys @ q[i, h].double() * q.shape[2] ** -0.5, 0) @ values
+    return out
+
+
+@pytest.mark.parametrize("heads, kv_heads, d", [(9, 3, 64), (12, 2, 128), (14, 2, 64), (4, 4, 32)])
+def test_attention_on_amx_tiles_gives_each_row_its_own_bits(heads, kv_heads, d):
+    """Where the bf16 product runs on AMX tiles, attention over bf16 caches does too (head sizes a multiple of 32):
+    rows of a 70-row chain, 9 tree rows with their ancestors, a decoding row and 40 rows of a second chain, over
+    contexts ending inside, on and past chunk boundaries: each row equals that row attended alone bit for bit
+    (tiles of 1 to 16 (row, head) pairs), and every output is within 5e-5 of float64 attention (queries and
+    probabilities carry about 16 of their 24 bits into the tiles; the AVX-512 kernel's error is about 1e-6).
+    Elsewhere this checks that the CPU's flags decide whether AMX runs."""
+    lib = kernels.load()
+    assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
+    flags = kernels.cpu_flags()
+    has = {"amx_bf16", "amx_tile", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"} <= flags
+    assert (lib.set_fp_isa("best") == "amx") == has, sorted(flags)
+    if not has:
+        return
+    g = torch.Generator().manual_seed(12)
+    cap = 300
+    ks = [(torch.randn(kv_heads, cap, d, generator=g) * 2).bfloat16() for _ in range(4)]
+    vs = [torch.randn(kv_heads, cap, d, generator=g).bfloat16() for _ in range(4)]
+    seq, ctx, extra = [], [], []
+    for r in range(70):
+        seq.append(0), ctx.append(60 + r), extra.append([])
+    for r in range(9):
+        anc = sorted(torch.randperm(9, generator=g)[:r % 5].tolist())
+        seq.append(1), ctx.append(64), extra.append([64 + a for a in anc] + [64 + 9 + r])
+    seq.append(2), ctx.append(129), extra.append([])
+    for r in range(40):
+        seq.append(3), ctx.append(1 + 7 * r), extra.append([])
+    width = max(len(e) for e in extra)
+    n_extra = torch.tensor([len(e) for e in extra])
+    extra = torch.tensor([e + [0] * (width - len(e)) for e in extra], dtype=torch.long)
+    seq, ctx = torch.tensor(seq), torch.tensor(ctx)
+    q = torch.randn(len(seq), heads, d, generator=g) * 2
+    together = lib.attention(q, ks, vs, seq, ctx, extra, n_extra, d ** -0.5, ops.CHUNK)
+    for i in range(len(seq)):
+        alone = lib.attention(q[i:i + 1], ks, vs, seq[i:i + 1], ctx[i:i + 1], extra[i:i + 1], n_extra[i:i + 1],
+                              d ** -0.5, ops.CHUNK)
+        assert torch.equal(together[i:i + 1].view(torch.int32), alone.view(torch.int32)), (heads, d, i)
+    error = (together.double() - reference_attention(q, ks, vs, seq, ctx, extra, n_extra)).abs().max().item()
+    assert error < 5e-5, (heads, d, error)
 
 
 @pytest.fixture(scope="module", params=["fp32", "bf16"])

@@ -101,12 +101,14 @@ def cmd_doctor(args) -> int:
     if why is None:
         lib = kernels.load()
         wide = "AVX-512" if lib.fp_isa() in ("avx512", "amx") else "AVX2"
-        which = "fp32 and fp16 products" if lib.fp_isa() == "amx" else "float products"
-        print(f"{which} and attention: {wide} (the same fp32 instruction sequence per output with either "
-              "instruction set: the same bits)")
+        which = "fp32 and fp16 products, and attention over fp32 caches" if lib.fp_isa() == "amx" else \
+            "float products and attention"
+        print(f"{which}: {wide} (the same fp32 instruction sequence per output with either instruction set: the "
+              "same bits)")
         if lib.fp_isa() == "amx":
-            print("bf16 products: AMX-BF16 tiles, for every row count (each activation in two bf16 parts; rows "
-                  "invariant, but bits of this machine's own, not the AVX kernels': VERISPEC_ISA=avx512 gives those)")
+            print("bf16 products, and attention over bf16 caches: AMX-BF16 tiles, for every row count (each fp32 "
+                  "operand in two bf16 parts; rows invariant, but bits of this machine's own, not the AVX kernels': "
+                  "VERISPEC_ISA=avx512 gives those)")
         names = {"amx": f"AMX tiles from {lib.q8_amx_rows()} rows, AVX-512 VNNI below", "vnni": "AVX-512 VNNI",
                  "avx2": "AVX2"}
         print(f"integer products (gguf-q8): {names[lib.q8_isa()]} (exact integer sums: the same bits with every "

@@ -6,32 +6,12 @@
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include "simd.h"
+#include "aamx.h"
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 namespace {
-
-// exp(x) for 8 lanes (Cephes-style range reduction and polynomial, ~2 ulp); exp(-inf) = 0, x < -87.3 -> 0
-inline __m256 exp8(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.0f), lo = _mm256_set1_ps(-87.3365478515625f);
-  __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f)));
-  r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-  return _mm256_andnot_ps(under, y);
-}
-
 
 // ---- attention ---------------------------------------------------------------------------------------------
 // 8 dot-product accumulators -> their 8 sums, one per lane, by one fixed tree (adjacent pairs, then pairs of
@@ -95,25 +75,6 @@ inline void scores8(const float* qh, const float* kf, int64_t n8, int64_t D, flo
 // dot-product lanes sit in one half of a 16-lane register (two keys per register) and are summed by sum8x8's tree,
 // rebuilt from even/odd lane permutes; an output lane is the same FMA chain over the keys. Wider registers let a
 // block of query heads share each key and value load.
-VS_AVX512 inline __m512 exp16(__m512 x) {
-  const __m512 hi = _mm512_set1_ps(88.0f), lo = _mm512_set1_ps(-87.3365478515625f);
-  __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_sub_ps(x, _mm512_mul_ps(n, _mm512_set1_ps(0.693359375f)));
-  r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(-2.12194440e-4f)));
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0f));
-  __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), _mm512_mul_ps(p, _mm512_castsi512_ps(e)));
-}
-
 // x[0 .. n8) = exp(x - m), n8 a multiple of 8
 VS_AVX512 inline void exp_shifted16(float* x, int64_t n8, float m) {
   int64_t j = 0;
@@ -259,6 +220,16 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
   for (int64_t r = 0; r < R; ++r) first[r + 1] = first[r] + (ctx[r] + n_extra[r] + C - 1) / C;
   const int64_t chunks = first[R], group = H / hkv;
   const bool wide = fp_avx512();
+  // bf16 caches where the bf16 product runs on AMX: the chunks' two products on tiles (aamx.h), the queries split
+  // once into hi and lo parts, pairs (kv head, row, head of its group) in order, then 16 pairs of zeros
+  const bool tiles = std::is_same<T, at::BFloat16>::value && fp_amx() && D % 32 == 0 && C % 32 == 0;
+  std::vector<uint16_t> qh(tiles ? (R * H + 16) * D : 0), ql(qh.size());
+  if (tiles)
+    at::parallel_for(0, hkv * R, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        split_rows(q + ((i % R) * H + (i / R) * group) * D, group, 0, group, D, qh.data() + i * group * D,
+                   ql.data() + i * group * D);
+    });
   struct Item { int64_t r0, nr, c; };
   std::vector<Item> items;
   for (int64_t a = 0; a < R;) {
@@ -289,10 +260,14 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
   for (int64_t t = 0; t < NT; ++t)
     bound[t] = std::lower_bound(cost.begin(), cost.end(), cost[n_items] * t / NT) - cost.begin();
   at::parallel_for(0, NT, 1, [&](int64_t t0, int64_t t1) {
-    const int64_t most = ITEM_ROWS * group;
-    std::vector<float> s(most * (C + 8)), kf((C + 8) * D), vf((C + 8) * D), mx(most), l(most);
+    const int64_t most = ITEM_ROWS * group, most16 = (most + 15) / 16 * 16;
+    std::vector<float> s(most16 * (C + 8)), kf(tiles ? 0 : (C + 8) * D), vf(kf.size()), mx(most), l(most);
     std::vector<const float*> qp(most);
     std::vector<float*> sp(most), op(most);
+    std::vector<const uint16_t*> kr(tiles ? C : 0), vr(kr.size());  // the chunk's key and value rows (tiles)
+    std::vector<uint16_t> kt(tiles ? C * D : 0), vt(kt.size()), wh(tiles ? most16 * C : 0), wl(wh.size());
+    std::vector<float> tmp(tiles ? 16 * 64 : 0);
+    int64_t configured = 0;                                         // the tile rows loaded (tiles)
     for (int64_t it = bound[t0]; it < bound[t1]; ++it) {
       const Item item = items[it / hkv];
       const int64_t g = it % hkv, r = item.r0, c = item.c, n_keys = ctx[r] + n_extra[r];
@@ -300,18 +275,6 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
       const T* kbase = ks[sq] + g * cap[sq] * D;
       const T* vbase = vs[sq] + g * cap[sq] * D;
       const int64_t* xs = extra + r * E - ctx[r];
-      float *const kd = kf.data(), *const vd = vf.data();
-      const int64_t dim = D, ctx_r = ctx[r];                       // locals: the stores below may alias memory
-      for (int64_t j = 0; j < n8; ++j) {                            // the chunk's keys and values in fp32
-        const int64_t lj = j0 + std::min(j, n - 1);                 // padding repeats the last real key
-        const int64_t slot = lj < ctx_r ? lj : xs[lj];
-        const T *kr = kbase + slot * dim, *vr = vbase + slot * dim;
-        float *kj = kd + (j / 8 * dim + j % 8) * 8, *vj = vd + j * dim;
-        for (int64_t i = 0; i < dim; i += 8) {                      // keys blocked: [j / 8][i / 8][j % 8][8]
-          _mm256_storeu_ps(kj + i * 8, load8(kr + i));
-          _mm256_storeu_ps(vj + i, load8(vr + i));
-        }
-      }
       const int64_t P = item.nr * group;                           // (row, head) pairs: p = (rr - r) * group + hh
       for (int64_t p = 0; p < P; ++p) {
         const int64_t rh = (r + p / group) * H + g * group + p % group;
@@ -319,35 +282,64 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         sp[p] = s.data() + p * (C + 8);
         op[p] = po + ((first[r + p / group] + c) * H + g * group + p % group) * D;
       }
-      scores_all(wide, qp.data(), P, kf.data(), n8, D, scale, sp.data());
-      // each pair's max over its keys (exact: any order gives the same value, up to a zero's sign, which no later
-      // step sees: the max only enters exp(s - max)), then exp, then its sum over the keys in order, one chain per
-      // pair; the pairs' chains interleave
-      for (int64_t p = 0; p < P; ++p) {
-        float* sh = sp[p];
-        for (int64_t j = n; j < n8; ++j) sh[j] = -INFINITY;
-        __m256 m8 = _mm256_loadu_ps(sh);
-        for (int64_t j = 8; j < n8; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sh + j));
-        alignas(32) float m[8];
-        _mm256_store_ps(m, m8);
-        mx[p] = *std::max_element(m, m + 8);
-      }
-      exp_all(wide, sp.data(), P, n8, mx.data());
-      for (int64_t p0 = 0; p0 < P; p0 += 8) {
-        const int64_t pn = std::min<int64_t>(8, P - p0);
-        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int64_t j = 0; j < n; ++j)
-          for (int64_t u = 0; u < 8; ++u)
-            if (u < pn) acc[u] += sp[p0 + u][j];
-        for (int64_t u = 0; u < pn; ++u) l[p0 + u] = acc[u];
+      const int64_t dim = D, ctx_r = ctx[r], n32 = (n + 31) / 32 * 32;   // locals: stores below may alias memory
+      if (tiles) {
+        for (int64_t j = 0; j < n32; ++j) {                         // padding repeats the last real key
+          const int64_t lj = j0 + std::min(j, n - 1), slot = lj < ctx_r ? lj : xs[lj];
+          kr[j] = reinterpret_cast<const uint16_t*>(kbase + slot * dim);
+          vr[j] = reinterpret_cast<const uint16_t*>(vbase + slot * dim);
+        }
+        pack_keys(kr.data(), n32, dim, kt.data());
+        pack_values(vr.data(), n32, dim, vt.data());
+        const int64_t q0 = (g * R + r) * group * dim, Rt = tile_rows(P);
+        if (Rt != configured) configure_tiles(Rt), configured = Rt;
+        tile_scores(qh.data() + q0, ql.data() + q0, P, Rt, kt.data(), n32, dim, s.data(), C + 8);
+        tile_softmax(s.data(), C + 8, P, (P + Rt - 1) / Rt * Rt, n, n32, scale, mx.data(), l.data(), wh.data(),
+                     wl.data());
+        tile_weigh(P, Rt, n32, vt.data(), dim, wh.data(), wl.data(), tmp.data(), op.data());
+      } else {
+        float *const kd = kf.data(), *const vd = vf.data();
+        for (int64_t j = 0; j < n8; ++j) {                          // the chunk's keys and values in fp32
+          const int64_t lj = j0 + std::min(j, n - 1);               // padding repeats the last real key
+          const int64_t slot = lj < ctx_r ? lj : xs[lj];
+          const T *kr = kbase + slot * dim, *vr = vbase + slot * dim;
+          float *kj = kd + (j / 8 * dim + j % 8) * 8, *vj = vd + j * dim;
+          for (int64_t i = 0; i < dim; i += 8) {                    // keys blocked: [j / 8][i / 8][j % 8][8]
+            _mm256_storeu_ps(kj + i * 8, load8(kr + i));
+            _mm256_storeu_ps(vj + i, load8(vr + i));
+          }
+        }
+        scores_all(wide, qp.data(), P, kf.data(), n8, D, scale, sp.data());
+        // each pair's max over its keys (exact: any order gives the same value, up to a zero's sign, which no later
+        // step sees: the max only enters exp(s - max)), then exp, then its sum over the keys in order, one chain per
+        // pair; the pairs' chains interleave
+        for (int64_t p = 0; p < P; ++p) {
+          float* sh = sp[p];
+          for (int64_t j = n; j < n8; ++j) sh[j] = -INFINITY;
+          __m256 m8 = _mm256_loadu_ps(sh);
+          for (int64_t j = 8; j < n8; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sh + j));
+          alignas(32) float m[8];
+          _mm256_store_ps(m, m8);
+          mx[p] = *std::max_element(m, m + 8);
+        }
+        exp_all(wide, sp.data(), P, n8, mx.data());
+        for (int64_t p0 = 0; p0 < P; p0 += 8) {
+          const int64_t pn = std::min<int64_t>(8, P - p0);
+          float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          for (int64_t j = 0; j < n; ++j)
+            for (int64_t u = 0; u < 8; ++u)
+              if (u < pn) acc[u] += sp[p0 + u][j];
+          for (int64_t u = 0; u < pn; ++u) l[p0 + u] = acc[u];
+        }
+        weigh_pairs(wide, sp.data(), P, n, vf.data(), D, D, op.data());
       }
       for (int64_t p = 0; p < P; ++p) {
         const int64_t slot_out = (first[r + p / group] + c) * H + g * group + p % group;
         pm[slot_out] = mx[p];
         pl[slot_out] = l[p];
       }
-      weigh_pairs(wide, sp.data(), P, n, vf.data(), D, D, op.data());
     }
+    if (configured) release_tiles();
   });
   at::parallel_for(0, R * H, 1, [&](int64_t b, int64_t e) {
     for (int64_t rh = b; rh < e; ++rh) {

@@ -25,9 +25,11 @@ namespace {
 
 #define VS_FAMX __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,amx-tile,amx-bf16")))
 
-// Whether the CPU has AVX-512, AMX-TILE and AMX-BF16 and this process may use the tile registers
+// Whether the CPU has AVX-512 (with its BF16 conversions), AMX-TILE and AMX-BF16 and this process may use the
+// tile registers
 inline bool cpu_has_amx_bf16() {
-  static const bool v = cpu_has_avx512() && cpu_grants_amx((1u << 22) | (1u << 24));
+  static const bool v = cpu_has_avx512() && __builtin_cpu_supports("avx512bf16") &&
+                        cpu_grants_amx((1u << 22) | (1u << 24));
   return v;
 }
 inline bool& fp_amx() {                // whether the bf16 product uses AMX now (set_fp_isa)
@@ -39,6 +41,7 @@ inline bool& fp_amx() {                // whether the bf16 product uses AMX now 
 VS_FAMX inline void configure_tiles(int64_t R) {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) cfg.rows[t] = static_cast<uint8_t>(t < 6 ? R : 16), cfg.colsb[t] = 64;
+  cfg.publish();
   _tile_loadconfig(&cfg);
 }
 

@@ -70,6 +70,7 @@ VS_AMX void amx_panels(int64_t b, int64_t e, const int8_t* xq, int64_t Mp, const
     cfg.rows[t] = cfg.rows[2 + t] = static_cast<uint8_t>(R), cfg.colsb[t] = 64, cfg.colsb[2 + t] = T::G;
     cfg.rows[4 + t] = T::G / 4, cfg.colsb[4 + t] = 64;
   }
+  cfg.publish();
   _tile_loadconfig(&cfg);
   std::vector<float> acc(Mp * 16);
   alignas(64) uint8_t wb[4][8 * 64];              // nibble kinds: group g's weights as bytes in wb[g % 4]
