@@ -111,11 +111,32 @@ VS_FAMX void tile_scores(const uint16_t* qh, const uint16_t* ql, int64_t P, int6
                       s + p0 * ls + 16 * t0, ls * 4);
 }
 
+// exp(x) for 16 lanes with FMA and scalef (exp16's range reduction and polynomial, fused: fewer instructions,
+// other bits; for the tile path only, whose bits are this machine's own anyway); x < -87.3 (and -inf) -> 0
+__attribute__((target("avx512f"))) inline __m512 exp16_fma(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.3365478515625f);
+  const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~under), p, n);
+}
+
 // The chunk's softmax pieces, each pair p < P on its own row of s (stride ls): s *= scale; m_p = the max over
-// the n real keys; e = exp(s - m_p) (exp16; zero from key n on); l_p = the sum of e, 16 lanes in key order, then
+// the n real keys; e = exp(s - m_p) (exp16_fma; zero from key n on); l_p = the sum of e, 16 lanes in key order, then
 // _mm512_reduce_add_ps's fixed tree; e split into hi and lo parts, rows of wh, wl [P16][n32] (rows P .. P16 zero).
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16"))) void tile_softmax(float* s, int64_t ls, int64_t P, int64_t P16, int64_t n, int64_t n32, float scale,
-                          float* mx, float* l, uint16_t* wh, uint16_t* wl) {
+#define VS_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+VS_BF16 void tile_softmax(float* s, int64_t ls, int64_t P, int64_t P16, int64_t n, int64_t n32, float scale, float* mx,
+                          float* l, uint16_t* wh, uint16_t* wl) {
   const __m512 sc = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
   for (int64_t p = 0; p < P16; ++p) {
     uint16_t *h = wh + p * n32, *lo = wl + p * n32;
@@ -135,7 +156,7 @@ __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16"))) void ti
     const __m512 mt = _mm512_set1_ps(top);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t j = 0; j < n32; j += 16) {
-      const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(row + j), mt));
+      const __m512 e = exp16_fma(_mm512_sub_ps(_mm512_loadu_ps(row + j), mt));
       acc = _mm512_add_ps(acc, e);
       const __m256bh eh = _mm512_cvtneps_pbh(e);                 // round to nearest even (e is 0 or normal)
       const __m256bh el = _mm512_cvtneps_pbh(_mm512_sub_ps(e, _mm512_cvtpbh_ps(eh)));
@@ -157,7 +178,8 @@ VS_FAMX void tile_weigh(int64_t P, int64_t Rt, int64_t n32, const uint16_t* vt, 
       const int64_t nc = std::min<int64_t>(4, DT - c0);
       tile_accumulate(wh + p0 * n32, wl + p0 * n32, n32 * 2, vt + c0 * 512, DT, n32 / 32, nc, tmp, 256);
       for (int64_t p = p0; p < std::min(P, p0 + Rt); ++p)
-        std::copy(tmp + (p - p0) * 64, tmp + (p - p0) * 64 + 16 * nc, o[p] + 16 * c0);
+        for (int64_t c = 0; c < nc; ++c)
+          _mm512_storeu_ps(o[p] + 16 * (c0 + c), _mm512_loadu_ps(tmp + (p - p0) * 64 + 16 * c));
     }
 }
 
