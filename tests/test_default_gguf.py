@@ -62,3 +62,16 @@ def test_every_method_under_gguf_q8_gives_plain_decodings_tokens(q8, method, tre
         plain = Engine(q8.model).generate(ids, cfg).token_ids
         out = Engine(q8.model, make_proposer(method, q8, tree=tree)).generate(ids, cfg)
         assert out.token_ids == plain, (method, tree, prompt)
+
+
+def test_loading_a_draft_leaves_the_targets_embedding_as_it_was(q8):
+    """A draft borrows its target's input embedding and, beside a quantized target, is converted to bf16. The
+    conversion must make the draft a tensor of its own: the target's parameter once became bf16 in place, so plain
+    decoding after loading a draft decoded a different model from plain decoding before (its greedy tokens
+    changed on an AMX machine)."""
+    from verispec.api import make_proposer
+    before = q8.model.embed.weight.clone()
+    draft = make_proposer("draft", q8).model
+    assert q8.model.embed.weight.dtype == before.dtype == torch.float32
+    assert torch.equal(q8.model.embed.weight, before)
+    assert draft.embed.weight.dtype == torch.bfloat16

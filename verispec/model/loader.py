@@ -222,7 +222,9 @@ def load(spec: str | os.PathLike | None = None, dtype: str = "bf16",
             if target_embedding is None or target_embedding.shape != (cfg.vocab_size, cfg.hidden_size):
                 raise VerispecError(f"{folder} is a draft that borrows its target's embedding; use it as --draft "
                                     "with the target it was trained for")
-            hf["model.embed_tokens.weight"] = target_embedding
+            # a tensor of its own over the target's storage: converting the draft (bf16 beside a quantized
+            # target) must never convert the target's own parameter, which a shared Parameter object would
+            hf["model.embed_tokens.weight"] = target_embedding.detach()
         state = fuse_hf_state(hf, cfg)
         with torch.device("meta"):
             model = Llama(cfg)
