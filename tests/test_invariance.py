@@ -142,13 +142,14 @@ def reference_attention(q, ks, vs, seq, ctx, extra, n_extra):
     return out
 
 
-@pytest.mark.parametrize("heads, kv_heads, d", [(9, 3, 64), (12, 2, 128), (14, 2, 64), (4, 4, 32)])
+@pytest.mark.parametrize("heads, kv_heads, d", [(9, 3, 64), (12, 2, 128), (14, 2, 64), (14, 1, 64), (4, 4, 32)])
 def test_attention_on_amx_tiles_gives_each_row_its_own_bits(heads, kv_heads, d):
     """Where the bf16 product runs on AMX tiles, attention over bf16 caches does too (head sizes a multiple of 32):
     rows of a 70-row chain, 9 tree rows with their ancestors, a decoding row and 40 rows of a second chain, over
     contexts ending inside, on and past chunk boundaries: each row equals that row attended alone bit for bit
-    (tiles of 1 to 16 (row, head) pairs), and every output is within 5e-5 of float64 attention (queries and
-    probabilities carry about 16 of their 24 bits into the tiles; the AVX-512 kernel's error is about 1e-6).
+    (tiles of 1 to 16 (row, head) pairs), the whole pass equals itself on one thread, and every output is within
+    5e-5 of float64 attention (queries and probabilities carry about 16 of their 24 bits into the tiles; the
+    AVX-512 kernel's error is about 1e-6).
     Elsewhere this checks that the CPU's flags decide whether AMX runs."""
     lib = kernels.load()
     assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
@@ -176,6 +177,13 @@ def test_attention_on_amx_tiles_gives_each_row_its_own_bits(heads, kv_heads, d):
     seq, ctx = torch.tensor(seq), torch.tensor(ctx)
     q = torch.randn(len(seq), heads, d, generator=g) * 2
     together = lib.attention(q, ks, vs, seq, ctx, extra, n_extra, d ** -0.5, ops.CHUNK)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:                                         # another split of the work between threads: the same bits
+        one_thread = lib.attention(q, ks, vs, seq, ctx, extra, n_extra, d ** -0.5, ops.CHUNK)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(together.view(torch.int32), one_thread.view(torch.int32)), (heads, d)
     for i in range(len(seq)):
         alone = lib.attention(q[i:i + 1], ks, vs, seq[i:i + 1], ctx[i:i + 1], extra[i:i + 1], n_extra[i:i + 1],
                               d ** -0.5, ops.CHUNK)

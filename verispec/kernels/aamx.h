@@ -5,7 +5,7 @@
 //
 // As in famx.h, an fp32 operand enters as two bf16 parts, x = hi + lo (about 16 of its 24 bits): the queries
 // (rotated, fp32) against the bf16 keys, per 32 dims hi then lo; the probabilities (fp32, from exp) against the
-// bf16 values, per 32 keys hi then lo. The scale, the chunk's max, exp and sum are attention.h's instructions.
+// bf16 values, per 32 keys hi then lo. Between them the scale, the chunk's max, exp and sum are `tile_softmax`'s.
 //
 // Layouts, per chunk of n32 keys (n real keys rounded up to 32; the padding repeats the last real key, whose
 // scores are dropped and whose probabilities are zero):
@@ -13,7 +13,7 @@
 //          (a 16x16 transpose of the keys' 32-bit dim pairs);
 //   values B tiles [n32/32][D/16][16][32]: tile (s, c) row r holds dims 16c .. 16c+15 of keys 32s + 2r and
 //          32s + 2r + 1, interleaved;
-//   queries and probabilities: A tiles, 16 (row, head) pairs x 32 bf16, straight from their rows.
+//   queries and probabilities: A tiles, Rt <= 16 (row, head) pairs x 32 bf16, straight from their rows.
 #pragma once
 #include "famx.h"
 
@@ -133,12 +133,13 @@ __attribute__((target("avx512f"))) inline __m512 exp16_fma(__m512 x) {
 
 // The chunk's softmax pieces, each pair p < P on its own row of s (stride ls): s *= scale; m_p = the max over
 // the n real keys; e = exp(s - m_p) (exp16_fma; zero from key n on); l_p = the sum of e, 16 lanes in key order, then
-// _mm512_reduce_add_ps's fixed tree; e split into hi and lo parts, rows of wh, wl [P16][n32] (rows P .. P16 zero).
+// _mm512_reduce_add_ps's fixed tree (of e itself: the weights' bf16 parts carry about 16 of its bits); e split
+// into hi and lo parts, rows of wh, wl [Pt][n32], Pt = P rounded up to whole tiles of Rt rows (rows P .. Pt zero).
 #define VS_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
-VS_BF16 void tile_softmax(float* s, int64_t ls, int64_t P, int64_t P16, int64_t n, int64_t n32, float scale, float* mx,
+VS_BF16 void tile_softmax(float* s, int64_t ls, int64_t P, int64_t Pt, int64_t n, int64_t n32, float scale, float* mx,
                           float* l, uint16_t* wh, uint16_t* wl) {
   const __m512 sc = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
-  for (int64_t p = 0; p < P16; ++p) {
+  for (int64_t p = 0; p < Pt; ++p) {
     uint16_t *h = wh + p * n32, *lo = wl + p * n32;
     if (p >= P) {
       std::fill(h, h + n32, uint16_t(0)), std::fill(lo, lo + n32, uint16_t(0));

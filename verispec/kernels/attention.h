@@ -1,6 +1,8 @@
 // Row-invariant attention (included by cpu.cpp): each row over its own logical key sequence (context slots, then
 // extra slots), in fixed chunks of keys merged in chunk order (split-KV; chunk boundaries are logical positions, not
 // rows). The AVX2 instructions define the bits; on AVX-512 the same sequences run 16 lanes wide (set_fp_isa picks).
+// Over a bf16 cache where the bf16 product runs on AMX tiles, a chunk's scores and weighted values are tile
+// products instead (aamx.h): rows still invariant, the bits this machine's own.
 #pragma once
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -211,8 +213,8 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
                      const int64_t* seq, const int64_t* ctx, const int64_t* extra, int64_t E, const int64_t* n_extra,
                      float scale, int64_t C, float* out) {
   // Partials m, l, o per (row, head, chunk of C logical keys), merged per (row, head) in chunk order below.
-  // Work items (rows, kv head, chunk): a chunk's keys and values are widened to fp32 once and read by every query
-  // head of the group and every row of the item. A chunk of plain context slots (keys c*C .. c*C+C-1 all below the
+  // Work items (rows, kv head, chunk): a chunk's keys and values are widened to fp32 (or, on tiles, laid out as
+  // tiles) once and read by every query head of the group and every row of the item. A chunk of plain context slots (keys c*C .. c*C+C-1 all below the
   // row's ctx: a chain's, tree's or prefill's context) is one item for up to ITEM_ROWS consecutive rows of a
   // sequence that see it whole; any other chunk is one item per row. Each score and output is the same instruction sequence
   // either way, so grouping changes no bit.
@@ -294,6 +296,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         const int64_t q0 = (g * R + r) * group * dim, Rt = tile_rows(P);
         if (Rt != configured) configure_tiles(Rt), configured = Rt;
         tile_scores(qh.data() + q0, ql.data() + q0, P, Rt, kt.data(), n32, dim, s.data(), C + 8);
+        // whole tiles of Rt rows: at most ceil(P / 16) * 16 <= most16 rows of s, wh, wl (Rt = tile_rows(P))
         tile_softmax(s.data(), C + 8, P, (P + Rt - 1) / Rt * Rt, n, n32, scale, mx.data(), l.data(), wh.data(),
                      wl.data());
         tile_weigh(P, Rt, n32, vt.data(), dim, wh.data(), wl.data(), tmp.data(), op.data());
