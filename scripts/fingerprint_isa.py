@@ -20,7 +20,7 @@ CODE = ("import sys, torch; from verispec.api import Target; from verispec.finge
         "    print(d, torch.backends.cpu.get_cpu_capability(), fingerprint(Target.load(sys.argv[1], d, 'cpu').model))")
 best = torch.backends.cpu.get_cpu_capability()
 caps = {"AVX512": ["AVX512", "AVX2", "DEFAULT"], "AVX2": ["AVX2", "DEFAULT"]}.get(best, ["DEFAULT"])   # best first
-amx = "amx_bf16" in kernels.cpu_flags()       # bf16 on AMX tiles: bits of their own; avx512: the portable ones
+amx = kernels.bf16_on_amx()                   # bf16 on AMX tiles: bits of their own; avx512: the portable ones
 settings = [({"ATEN_CPU_CAPABILITY": c.lower()} | ({"VERISPEC_ISA": "avx2"} if c != best else {}))
             for c in caps] + ([{"VERISPEC_ISA": "avx512"}] if amx else []) + [
                {"VERISPEC_KERNELS": "0", "ATEN_CPU_CAPABILITY": c.lower()} for c in caps]

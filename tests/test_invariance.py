@@ -11,6 +11,10 @@ from verispec import kernels
 from verispec.model import fused, ops
 from verispec.model.llama import Llama, LlamaConfig
 
+# the CPU flags (from /proc/cpuinfo, not the kernels' own check) under which bf16 products and attention over bf16
+# caches run on AMX tiles
+AMX_BF16 = {"amx_bf16", "amx_tile", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"}
+
 CFG = LlamaConfig(vocab_size=512, hidden_size=128, intermediate_size=256, num_layers=2, num_heads=4,
                   num_kv_heads=2, max_position=1024)
 
@@ -56,7 +60,7 @@ def test_the_bf16_product_on_amx_tiles_gives_each_row_its_own_bits():
     lib = kernels.load()
     assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
     flags = kernels.cpu_flags()
-    has = {"amx_bf16", "amx_tile", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"} <= flags
+    has = AMX_BF16 <= flags
     assert lib.set_fp_isa("best") == ("amx" if has else "avx512" if "avx512f" in flags else "avx2"), sorted(flags)
     if not has:
         return
@@ -154,7 +158,7 @@ def test_attention_on_amx_tiles_gives_each_row_its_own_bits(heads, kv_heads, d):
     lib = kernels.load()
     assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
     flags = kernels.cpu_flags()
-    has = {"amx_bf16", "amx_tile", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"} <= flags
+    has = AMX_BF16 <= flags
     assert (lib.set_fp_isa("best") == "amx") == has, sorted(flags)
     if not has:
         return

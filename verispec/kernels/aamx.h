@@ -113,20 +113,16 @@ VS_FAMX void tile_scores(const uint16_t* qh, const uint16_t* ql, int64_t P, int6
 
 // exp(x) for 16 lanes with FMA and scalef (exp16's range reduction and polynomial, fused: fewer instructions,
 // other bits; for the tile path only, whose bits are this machine's own anyway); x < -87.3 (and -inf) -> 0
-__attribute__((target("avx512f"))) inline __m512 exp16_fma(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.3365478515625f);
+VS_AVX512 inline __m512 exp16_fma(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(expc::LO);
   const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(expc::HI));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(expc::LOG2E)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(expc::LN2_HI), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(expc::LN2_LO), r);
+  __m512 p = _mm512_set1_ps(expc::P[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(expc::P[i]));
   p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
   return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~under), p, n);
 }
@@ -170,9 +166,10 @@ VS_BF16 void tile_softmax(float* s, int64_t ls, int64_t P, int64_t Pt, int64_t n
 }
 
 // o[p][0 .. D) = sum_j e[p, j] v_j for p < P, from the weights' hi and lo rows (wh, wl [..][n32], `tile_softmax`),
-// in tiles of Rt pairs (tmp: 16 x 64 floats): per 16 outputs one accumulation over the keys, 32 at a time.
+// in tiles of Rt pairs: per 16 outputs one accumulation over the keys, 32 at a time.
 VS_FAMX void tile_weigh(int64_t P, int64_t Rt, int64_t n32, const uint16_t* vt, int64_t D, const uint16_t* wh,
-                        const uint16_t* wl, float* tmp, float* const* o) {
+                        const uint16_t* wl, float* const* o) {
+  alignas(64) float tmp[16 * 64];
   const int64_t DT = D / 16;
   for (int64_t p0 = 0; p0 < P; p0 += Rt)
     for (int64_t c0 = 0; c0 < DT; c0 += 4) {          // up to 4 output tiles share each weight load

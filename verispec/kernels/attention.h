@@ -268,7 +268,6 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
     std::vector<float*> sp(most), op(most);
     std::vector<const uint16_t*> kr(tiles ? C : 0), vr(kr.size());  // the chunk's key and value rows (tiles)
     std::vector<uint16_t> kt(tiles ? C * D : 0), vt(kt.size()), wh(tiles ? most16 * C : 0), wl(wh.size());
-    std::vector<float> tmp(tiles ? 16 * 64 : 0);
     int64_t configured = 0;                                         // the tile rows loaded (tiles)
     for (int64_t it = bound[t0]; it < bound[t1]; ++it) {
       const Item item = items[it / hkv];
@@ -299,7 +298,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         // whole tiles of Rt rows: at most ceil(P / 16) * 16 <= most16 rows of s, wh, wl (Rt = tile_rows(P))
         tile_softmax(s.data(), C + 8, P, (P + Rt - 1) / Rt * Rt, n, n32, scale, mx.data(), l.data(), wh.data(),
                      wl.data());
-        tile_weigh(P, Rt, n32, vt.data(), dim, wh.data(), wl.data(), tmp.data(), op.data());
+        tile_weigh(P, Rt, n32, vt.data(), dim, wh.data(), wl.data(), op.data());
       } else {
         float *const kd = kf.data(), *const vd = vf.data();
         for (int64_t j = 0; j < n8; ++j) {                          // the chunk's keys and values in fp32
