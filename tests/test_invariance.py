@@ -374,7 +374,7 @@ def test_a_long_prefill_split_into_row_blocks_equals_each_row_alone():
 
 def test_a_layer_sees_its_weights_change_after_decoding():
     """A decoding layer's kernel arguments are built once (`ops._Fused`): a weight changed in place, replaced, or
-    converted to another dtype after a pass must give the new weights' output, as a fresh model does."""
+    converted to another dtype, or its module replaced, after a pass must give the new weights' output, as a fresh model does."""
     torch.manual_seed(1)
     model = Llama(CFG).eval().requires_grad_(False)
     tokens, positions = torch.randint(0, CFG.vocab_size, (1, 5)), torch.arange(5)[None]
@@ -395,6 +395,11 @@ def test_a_layer_sees_its_weights_change_after_decoding():
         assert torch.equal(run(model), run(fresh()))
     model.layers[1].attn.wqkv.weight = torch.nn.Parameter(torch.randn_like(model.layers[1].attn.wqkv.weight),
                                                           requires_grad=False)  # replaced
+    with torch.inference_mode():
+        assert torch.equal(run(model), run(fresh()))
+    w13 = model.layers[1].mlp.w13
+    swapped = type(w13)(w13.in_features, w13.out_features, bias=False).requires_grad_(False)
+    model.layers[1].mlp.w13 = swapped                                          # a module replaced
     with torch.inference_mode():
         assert torch.equal(run(model), run(fresh()))
     model.to(torch.bfloat16)                                                   # another dtype
