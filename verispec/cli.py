@@ -61,10 +61,12 @@ def _decoding_flags(p: argparse.ArgumentParser, k_list: bool = False) -> None:
     g.add_argument("--acceptance", choices=("exact", "typical"), default="exact",
                    help="exact (default): lossless rejection sampling. typical: Medusa's typical acceptance for "
                         "tree methods, LOSSY -- at T > 0 the output no longer follows the target's distribution")
-    g.add_argument("--tree", help="token tree for --method draft-tree / medusa: per-depth widths such as 2,2,1,1,1 "
-                                  "or a JSON file of choice-rank paths; for medusa also a node count (the best "
-                                  "tree of that size from the heads' measured accuracy) or 'auto' (default: the "
-                                  "size the cost profile predicts fastest)")
+    g.add_argument("--tree", help="token tree for --method draft-tree / medusa / eagle: per-depth widths such as "
+                                  "2,2,1,1,1 or a JSON file of choice-rank paths; for medusa and eagle also a node "
+                                  "count (the best tree of that size from the heads' measured accuracy) or 'auto' "
+                                  "(the size the cost profile predicts fastest; medusa's default); for eagle 'chain' (its default), "
+                                  "'dynamic' or 'dynamic:N' (EAGLE-2). Any tree takes '+ngram': the prompt-lookup "
+                                  "continuation as one more path (e.g. auto+ngram, dynamic+ngram)")
 
 
 def _remote_flags(p: argparse.ArgumentParser, audit: bool) -> None:
