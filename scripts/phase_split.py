@@ -24,7 +24,8 @@ def main(path: str, merged: list[str]) -> None:
         sys.exit(f"phase_split.py: cannot read a bench --json file from {path}: {e}")
     methods = [m for m in runs[0] if m not in ("id", "category", "plain") and isinstance(runs[0][m], dict)]
     categories = ["all"] + sorted({r["category"] for r in runs}) + (["+".join(merged)] if merged else [])
-    print(f"{'method':16s} {'category':20s} {'prompts':>7s} {'end to end':>10s} {'decoding':>9s} {'prefill share':>14s}")
+    print(f"{'method':16s} {'category':20s} {'prompts':>7s} {'end to end':>10s} {'decoding':>9s} "
+          f"{'prefill share':>14s}")
     for m in methods:
         for c in categories:
             rows = [r for r in runs if (c == "all" or r["category"] in c.split("+")) and m in r and "plain" in r]
@@ -33,7 +34,8 @@ def main(path: str, merged: list[str]) -> None:
             e2e = statistics.median(r[m]["tokens_per_s"] / r["plain"]["tokens_per_s"] for r in rows)
             share = statistics.median(r["plain"]["time_prefill_s"] / r["plain"]["time_total_s"] for r in rows)
             timed = all("time_prefill_s" in r[m] for r in rows)
-            dec = f"{statistics.median(decode_rate(r[m]) / decode_rate(r['plain']) for r in rows):8.2f}x" if timed else ""
+            dec = (f"{statistics.median(decode_rate(r[m]) / decode_rate(r['plain']) for r in rows):8.2f}x"
+                   if timed else "")
             print(f"{m:16s} {c:20s} {len(rows):7d} {e2e:9.2f}x {dec:>9s} {share:13.0%}")
 
 

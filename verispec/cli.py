@@ -64,9 +64,10 @@ def _decoding_flags(p: argparse.ArgumentParser, k_list: bool = False) -> None:
     g.add_argument("--tree", help="token tree for --method draft-tree / medusa / eagle: per-depth widths such as "
                                   "2,2,1,1,1 or a JSON file of choice-rank paths; for medusa and eagle also a node "
                                   "count (the best tree of that size from the heads' measured accuracy) or 'auto' "
-                                  "(the size the cost profile predicts fastest; medusa's default); for eagle 'chain' (its default), "
-                                  "'dynamic' or 'dynamic:N' (EAGLE-2). Any tree takes '+ngram': the prompt-lookup "
-                                  "continuation as one more path (e.g. auto+ngram, dynamic+ngram)")
+                                  "(the size the cost profile predicts fastest; medusa's default); for eagle "
+                                  "'chain' (its default), 'dynamic' or 'dynamic:N' (EAGLE-2). Any tree takes "
+                                  "'+ngram': the prompt-lookup continuation as one more path (e.g. auto+ngram, "
+                                  "dynamic+ngram)")
 
 
 def _remote_flags(p: argparse.ArgumentParser, audit: bool) -> None:

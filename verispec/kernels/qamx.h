@@ -40,8 +40,8 @@ VS_AMX inline void amx_combine(const QWeight& w, int64_t p, int64_t g, int64_t m
   scales16<KIND>(w, p, g, s, o);
   for (int r = 0; r < R; ++r) {
     const int64_t m = m0 + r;
-    A[r] = add_term<KIND>(s, o, _mm512_cvtepi32_ps(_mm512_load_si512(S + r * 16)), _mm512_set1_ps(bs[m * ng + g / T::G]),
-                          _mm512_set1_ps(dx[m * nb + g / 32]), A[r]);
+    A[r] = add_term<KIND>(s, o, _mm512_cvtepi32_ps(_mm512_load_si512(S + r * 16)),
+                          _mm512_set1_ps(bs[m * ng + g / T::G]), _mm512_set1_ps(dx[m * nb + g / 32]), A[r]);
   }
 }
 
