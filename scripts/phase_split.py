@@ -19,10 +19,21 @@ def decode_rate(s: dict) -> float:
 
 def main(path: str, merged: list[str]) -> None:
     try:
-        runs = json.load(open(path))["per_prompt"]
-    except (OSError, ValueError, KeyError) as e:
-        sys.exit(f"phase_split.py: cannot read a bench --json file from {path}: {e}")
-    methods = [m for m in runs[0] if m not in ("id", "category", "plain") and isinstance(runs[0][m], dict)]
+        with open(path) as f:
+            runs = json.load(f)["per_prompt"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit(f"phase_split.py: cannot read a bench --json file from {path}: {e!r}")
+    if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) for r in runs):
+        sys.exit(f"phase_split.py: {path} has no per-prompt results (per_prompt must be a non-empty list)")
+    try:
+        table(runs, merged)
+    except (KeyError, TypeError, ZeroDivisionError, statistics.StatisticsError) as e:
+        sys.exit(f"phase_split.py: {path} is not a bench --json file of this verispec: {e!r}")
+
+
+def table(runs: list, merged: list[str]) -> None:
+    methods = [m for r in runs for m in r if m not in ("id", "category", "plain") and isinstance(r[m], dict)]
+    methods = list(dict.fromkeys(methods))
     categories = ["all"] + sorted({r["category"] for r in runs}) + (["+".join(merged)] if merged else [])
     print(f"{'method':16s} {'category':20s} {'prompts':>7s} {'end to end':>10s} {'decoding':>9s} "
           f"{'prefill share':>14s}")
@@ -36,7 +47,7 @@ def main(path: str, merged: list[str]) -> None:
             timed = all("time_prefill_s" in r[m] for r in rows)
             dec = (f"{statistics.median(decode_rate(r[m]) / decode_rate(r['plain']) for r in rows):8.2f}x"
                    if timed else "")
-            print(f"{m:16s} {c:20s} {len(rows):7d} {e2e:9.2f}x {dec:>9s} {share:13.0%}")
+            print(f"{m:16s} {c:20s} {len(rows):7d} {e2e:9.2f}x {dec:>9s} {share:14.0%}")
 
 
 if __name__ == "__main__":

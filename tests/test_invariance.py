@@ -373,7 +373,7 @@ def test_a_long_prefill_split_into_row_blocks_equals_each_row_alone():
 
 
 def test_a_layer_sees_its_weights_change_after_decoding():
-    """A decoding layer's kernel arguments are built once (`ops._Fused`): a weight changed in place, replaced, or
+    """A decoding layer's kernel arguments are built once (`fused._Fused`): a weight changed in place, replaced, or
     converted to another dtype, or its module replaced, after a pass must give the new weights' output, as a fresh
     model does."""
     torch.manual_seed(1)

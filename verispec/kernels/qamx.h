@@ -28,20 +28,20 @@ inline int64_t amx_tile_rows(int64_t M) {
 }
 inline int64_t amx_padded_rows(int64_t M) { return amx_tile_rows(M) * ((M + AMX_ROWS - 1) / AMX_ROWS); }
 
-// Rows [m0, m0 + R) of group g's sums S [R, 16] -> the rows' accumulators A (registers across a row tile's
+// Rows [m0, m0 + R) of group g's sums S [R, 16] -> the rows' accumulators acc (registers across a row tile's
 // groups), with `tile512`'s float operations (add_term) lane for lane (R fixed at compile time, so the rows'
 // chains interleave)
 template <int KIND, int R>
 VS_AMX inline void amx_combine(const QWeight& w, int64_t p, int64_t g, int64_t m0, const float* dx, const float* bs,
-                               const int32_t* S, __m512 (&A)[R]) {
+                               const int32_t* S, __m512 (&acc)[R]) {
   using T = Traits<KIND>;
   const int64_t nb = w.K / 32, ng = w.K / T::G;
   __m512 s, o;
   scales16<KIND>(w, p, g, s, o);
   for (int r = 0; r < R; ++r) {
     const int64_t m = m0 + r;
-    A[r] = add_term<KIND>(s, o, _mm512_cvtepi32_ps(_mm512_load_si512(S + r * 16)),
-                          _mm512_set1_ps(bs[m * ng + g / T::G]), _mm512_set1_ps(dx[m * nb + g / 32]), A[r]);
+    acc[r] = add_term<KIND>(s, o, _mm512_cvtepi32_ps(_mm512_load_si512(S + r * 16)),
+                            _mm512_set1_ps(bs[m * ng + g / T::G]), _mm512_set1_ps(dx[m * nb + g / 32]), acc[r]);
   }
 }
 
@@ -82,8 +82,8 @@ VS_AMX void amx_panels(int64_t b, int64_t e, const int8_t* xq, int64_t Mp, const
     const char* pf = reinterpret_cast<const char*>(raw) + (nibbles(KIND) ? (K / T::U) * 64 : 2048);
     for (int64_t m0 = 0; m0 < Mp; m0 += R) {
       const int8_t* x = xq + m0 * K;
-      __m512 A[R];
-      for (int r = 0; r < R; ++r) A[r] = _mm512_setzero_ps();
+      __m512 rows[R];                             // the tile's accumulators, in registers across its groups
+      for (int r = 0; r < R; ++r) rows[r] = _mm512_setzero_ps();
       if constexpr (nibbles(KIND)) {              // unpacked two groups ahead of their tile load
         amx_unpack(raw, 0, wb[0]);
         if (ng > 1) amx_unpack(raw, 1, wb[1]);
@@ -99,15 +99,15 @@ VS_AMX void amx_panels(int64_t b, int64_t e, const int8_t* xq, int64_t Mp, const
       for (int64_t i = 0; i < ng; i += 2) {
         if (i + 1 < ng) VS_ISSUE(1, 3, 5, i + 1)
         _tile_stored(0, S0, 64);
-        if (i > 0) amx_combine<KIND, R>(w, p, (i - 1) * T::G, m0, dx, bs, S1, A);
+        if (i > 0) amx_combine<KIND, R>(w, p, (i - 1) * T::G, m0, dx, bs, S1, rows);
         if (i + 1 < ng) {
           if (i + 2 < ng) VS_ISSUE(0, 2, 4, i + 2)
           _tile_stored(1, S1, 64);
         }
-        amx_combine<KIND, R>(w, p, i * T::G, m0, dx, bs, S0, A);
+        amx_combine<KIND, R>(w, p, i * T::G, m0, dx, bs, S0, rows);
       }
-      if (ng % 2 == 0) amx_combine<KIND, R>(w, p, (ng - 1) * T::G, m0, dx, bs, S1, A);
-      for (int r = 0; r < R; ++r) _mm512_storeu_ps(acc.data() + (m0 + r) * 16, A[r]);
+      if (ng % 2 == 0) amx_combine<KIND, R>(w, p, (ng - 1) * T::G, m0, dx, bs, S1, rows);
+      for (int r = 0; r < R; ++r) _mm512_storeu_ps(acc.data() + (m0 + r) * 16, rows[r]);
 #undef VS_ISSUE
 #undef VS_TDP
     }

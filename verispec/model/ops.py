@@ -83,8 +83,12 @@ def amx_layout(weight: torch.Tensor) -> bool:
 
 
 def _version(t: torch.Tensor) -> int:
-    """t's in-place version counter (inference tensors have none: they cannot change outside inference mode)."""
-    return 0 if t.is_inference() else t._version
+    """t's in-place version counter; 0 for a true inference tensor, which has none (a Parameter whose `.data` was
+    set to one reports itself as an inference tensor yet keeps a counter, and changes in place: it is read)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return 0
 
 
 class _Packed:
