@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn.modules import module as torch_module
 
 from .. import kernels
-from .ops import CHUNK, RMSNorm, Rows, _version
+from .ops import CHUNK, RMSNorm, Rows, _has_version, _version
 
 
 def _products(block) -> tuple:
@@ -60,15 +60,13 @@ def _slots(block) -> list:
 
 
 _PTR, _SHAPE, _DTYPE, _VERSION = torch.Tensor.data_ptr, attrgetter("shape"), attrgetter("dtype"), attrgetter("_version")
-_QUANT, _INT8 = attrgetter("quant"), attrgetter("int8")
 
 
 class _Watched:
-    """Objects held in dicts (parameters in their modules' `_parameters`, modules in their parents' `_modules`)
-    and what each tensor among them was: its storage, shape, in-place version and dtype, and (last) the float
-    product's instruction set, which decides bf16 panels' layout (`ops.amx_layout`). Every forward pass asks
-    `unchanged`, so it runs as C-level maps over tuples: about 50 us for the default model's 30 layers (450
-    entries), where a Python loop took about 80."""
+    """Objects held in dicts (parameters in their modules' `_parameters`, modules in their parents' `_modules`, a
+    product's quantized parts in its `__dict__`) and what each tensor among them was: its storage, shape, in-place
+    version and dtype, and (last) the float product's instruction set, which decides bf16 panels' layout
+    (`ops.amx_layout`). Every forward pass asks `unchanged`, so it runs as C-level maps over tuples."""
 
     def __init__(self, entries: list):
         self.dicts, self.names, self.objs = (tuple(c) for c in zip(*entries)) if entries else ((), (), ())
@@ -85,14 +83,6 @@ class _Watched:
             return all(map(is_, map(dict.get, self.dicts, self.names), self.objs)) and self._stamp() == self.stamp
         except RuntimeError:   # a counted tensor's `.data` became a true inference tensor (no counter): rebuild
             return False
-
-
-def _has_version(t: torch.Tensor) -> bool:
-    try:
-        t._version
-        return True
-    except RuntimeError:
-        return False
 
 
 class _Fused:
@@ -175,7 +165,7 @@ class _Stack:
 
     def __init__(self, blocks: nn.ModuleList):
         self.kernel, self.size = kernels.load().Stack(), len(blocks)
-        slots, watch, self.products = [(blocks._modules, name, b) for name, b in blocks._modules.items()], [], []
+        watch = [(blocks._modules, name, b) for name, b in blocks._modules.items()]
         for block in blocks:
             a = block.attn
             if kind(block) == "float":
@@ -185,18 +175,12 @@ class _Stack:
             else:
                 self.kernel.add_quant(_norms32(block), *_quant_args(block), *_shape(block))
                 watch += _slots(block) + _watch((block.attn_norm, block.mlp_norm, a.wqkv))
-            self.products += _products(block)
-        self.watched = _Watched(slots + watch)
-        self.parts = self._parts()                     # each product's quantized parts (float ones: None)
-
-    def _parts(self) -> tuple:
-        return tuple(map(_QUANT, self.products)), tuple(map(_INT8, self.products))
+            # each product's quantized parts (float ones: None) and whether they multiply in 8 bits, as attributes
+            watch += [(vars(lin), name, vars(lin)[name]) for lin in _products(block) for name in ("quant", "int8")]
+        self.watched = _Watched(watch)
 
     def valid(self, blocks: nn.ModuleList) -> bool:
-        if len(blocks) != self.size or not self.watched.unchanged():
-            return False
-        quant, int8 = self._parts()
-        return all(map(is_, quant, self.parts[0])) and int8 == self.parts[1]
+        return len(blocks) == self.size and self.watched.unchanged()
 
     def __reduce__(self):               # the kernel object neither copies nor pickles: a copy builds its own
         return _nothing, ()

@@ -82,13 +82,19 @@ def amx_layout(weight: torch.Tensor) -> bool:
     return weight.dtype == torch.bfloat16 and weight.shape[-1] % 32 == 0 and kernels.bf16_on_amx()
 
 
-def _version(t: torch.Tensor) -> int:
-    """t's in-place version counter; 0 for a true inference tensor, which has none (a Parameter whose `.data` was
-    set to one reports itself as an inference tensor yet keeps a counter, and changes in place: it is read)."""
+def _has_version(t: torch.Tensor) -> bool:
+    """Whether t has an in-place version counter: a true inference tensor has none (a Parameter whose `.data` was
+    set to one reports itself as an inference tensor yet keeps a counter, and changes in place)."""
     try:
-        return t._version
+        t._version
+        return True
     except RuntimeError:
-        return 0
+        return False
+
+
+def _version(t: torch.Tensor) -> int:
+    """t's in-place version counter, 0 where it has none (`_has_version`)."""
+    return t._version if _has_version(t) else 0
 
 
 class _Packed:
