@@ -50,6 +50,22 @@ def grafted(monkeypatch) -> list:
     return chains
 
 
+@pytest.fixture
+def copied(monkeypatch) -> list:
+    """The continuations a tree proposer verified alone during a test (`proposers.ngram.lookup_first`: the
+    context's last SURE or more tokens occurred before, followed by one token), recorded and still verified."""
+    from verispec.proposers import ngram
+    real, chains = ngram.longest_match, []
+
+    def recording(context, k, cap=32):
+        n, chain, agreed = real(context, k, cap)
+        if n >= ngram.SURE and agreed:
+            chains.append(chain)
+        return n, chain, agreed
+    monkeypatch.setattr(ngram, "longest_match", recording)
+    return chains
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory, default_dir) -> Path:
     """A 2-layer random model with the real tokenizer: fast to load, same vocabulary as the default target."""

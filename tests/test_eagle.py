@@ -105,6 +105,23 @@ def test_eagle_greedy_equals_plain(grafted, tiny_dir, tiny_eagle, tree):
     assert bool(grafted) == ("+ngram" in str(tree))
 
 
+@pytest.mark.parametrize("tree", ["dynamic:6+ngram", "4+ngram"])
+def test_a_copied_continuation_verified_alone_keeps_greedy_output(copied, monkeypatch, tiny_dir, tiny_eagle, tree):
+    """Where the context's last tokens occurred before, "+ngram" trees verify the continuation alone (a chain of
+    deterministic picks in place of the tree): the output is still plain decoding's. (2 repeated tokens are made
+    enough, so that the tiny model's short output copies.)"""
+    from verispec.api import Target, make_engine
+    from verispec.proposers import ngram
+    monkeypatch.setattr(ngram, "SURE", 2)
+    from verispec.engine import GenerationConfig
+    target = Target.load(str(tiny_dir), "fp32", "cpu")
+    cfg = GenerationConfig(max_new_tokens=24, k="auto", stop_token_ids=frozenset())
+    prompt = target.tokenizer.prompt_ids("cats and dogs, cats and dogs, cats and dogs, cats and")
+    plain = make_engine("plain", target).generate(prompt, cfg).token_ids
+    assert make_engine("eagle", target, str(tiny_eagle[0]), tree=tree).generate(prompt, cfg).token_ids == plain
+    assert copied
+
+
 def test_a_dynamic_trees_prior_yield_is_the_best_static_tree_of_its_size(tiny_dir, tiny_eagle):
     from verispec.api import Target, eagle_proposer
     from verispec.tree import tree_from_acceptance
@@ -184,6 +201,36 @@ def test_eagle_sampling_passes_the_audit(capsys, tiny_dir, tiny_eagle, tree):
     out = capsys.readouterr().out
     assert code == 0 and "PASS" in out, out
     assert max(int(d) for d in re.findall(r"dof = +(\d+)", out)) >= 2, out
+
+
+def test_eagle_copying_the_context_passes_the_audit(copied, capsys):
+    """The audit at T = 1 on the default model, where "+ngram" often verifies a repeated suffix's continuation
+    alone (in place of the tree): still the target's distribution."""
+    code = main(["audit", "--method", "eagle", "--tree", "dynamic+ngram", "--k", "3", "--no-chat", "--prompt",
+                 "the cat sat on the mat. " * 3 + "the cat sat on", "--samples", "200", "--tokens", "3",
+                 "--temperature", "1"])
+    out = capsys.readouterr().out
+    assert code == 0 and "PASS" in out, out
+    assert len(copied) > 50
+
+
+def test_the_copying_audit_fails_a_planted_bias(copied, capsys, monkeypatch):
+    """The same audit FAILS when a rejected copy's recovered token is drawn from p, not from norm(max(0, p - q)):
+    the rejected token can come back."""
+    import verispec.engine
+    from verispec.sampling import sample
+    chain = verispec.engine.verify_chain
+
+    def from_p(p, q, draft, u_accept, u_final, num_draft=None):
+        n, nxt = chain(p, q, draft, u_accept, u_final, num_draft)
+        if q is not None or draft.shape[1] == 0 or int(n[0]) == draft.shape[1]:
+            return n, nxt
+        return n, sample(p[0, int(n[0])][None], u_final)
+    monkeypatch.setattr(verispec.engine, "verify_chain", from_p)
+    main(["audit", "--method", "eagle", "--tree", "dynamic+ngram", "--k", "3", "--no-chat", "--prompt",
+          "the cat sat on the mat. " * 3 + "the cat sat on", "--samples", "200", "--tokens", "3", "--temperature", "1"])
+    out = capsys.readouterr().out
+    assert "FAIL" in out and copied, out
 
 
 @pytest.mark.parametrize("tree", ["chain", "dynamic"])

@@ -134,6 +134,19 @@ def test_draft_tree_greedy_equals_plain(grafted, target_fp32, plain_outputs, gra
     assert accepted > 0 and bool(grafted) == bool(graft)
 
 
+def test_draft_tree_copying_the_context_keeps_greedy_output(copied, monkeypatch, target_fp32, plain_outputs):
+    """With "+ngram", a repeated suffix's continuation is verified alone, the draft model skipped and caught up
+    later (`lookup_first`): still plain decoding's output. (2 repeated tokens are made enough here.)"""
+    from verispec.api import DEFAULT_DRAFT
+    from verispec.proposers import draft_tree, ngram
+    monkeypatch.setattr(ngram, "SURE", 2)
+    model, tok = target_fp32
+    draft, _, _ = loader.load(DEFAULT_DRAFT, "fp32", need_tokenizer=False, target_embedding=model.embed.weight)
+    drafted, accepted = check_greedy_equal(model, tok, draft_tree.DraftTreeProposer(draft, graft=6), plain_outputs,
+                                           k=4)
+    assert accepted > 0 and copied
+
+
 def test_shipped_medusa_heads_greedy_equal_plain(target_fp32, plain_outputs):
     import torch
 

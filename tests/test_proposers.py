@@ -5,7 +5,8 @@ import torch
 from verispec.model import loader
 from verispec.proposers.base import Proposal, Proposer
 from verispec.proposers.draft_model import DraftModelProposer
-from verispec.proposers.ngram import NgramProposer, graft, lookup
+from verispec.proposers import ngram
+from verispec.proposers.ngram import NgramProposer, graft, longest_match, lookup, lookup_first
 from verispec.tree import build_tree
 from verispec.sampling import SamplingConfig
 
@@ -36,6 +37,52 @@ def test_graft_merges_a_chain_into_a_tree_as_one_more_path():
     assert sorted(new_root.tokens[i - 1] for i in new_root.tree.children(0)) == [7, 10, 11]
     with pytest.raises(ValueError):
         graft(Proposal([1, 2]), [3])                            # not a tree
+
+
+def test_longest_match_finds_the_longest_repeated_suffix_and_its_latest_continuation():
+    import random
+
+    def by_hand(ctx, k, cap):
+        best = (0, [], False)
+        for n in range(1, min(cap, len(ctx) - 1) + 1):
+            ends = [s + n for s in range(len(ctx) - n) if ctx[s:s + n] == ctx[-n:]]
+            if not ends:
+                break
+            follow = ctx[ends[-1]:]
+            while len(follow) < k:                                 # a loop: extended with its period
+                follow = follow + follow[:k - len(follow)]
+            best = (n, follow[:k], len({ctx[e] for e in ends}) == 1)
+        return best
+    assert longest_match([1, 2, 3, 9, 4, 2, 3, 8, 1, 2, 3], 2) == (3, [9, 4], True)
+    assert longest_match([7, 7, 7, 7], 3) == (3, [7, 7, 7], True)        # a loop, copied k tokens ahead
+    assert longest_match([5, 1, 2, 1, 2, 1], 5) == (3, [2, 1, 2, 1, 2], True)
+    assert longest_match([2, 3, 9, 2, 3, 8, 2, 3], 2) == (2, [8, 2], False)   # followed by 9, then by 8
+    assert longest_match([1, 2, 3], 3) == (0, [], False) and longest_match([5], 3) == (0, [], False)
+    rng = random.Random(0)
+    for _ in range(500):
+        ctx = [rng.randrange(rng.choice([2, 3, 8])) for _ in range(rng.randint(1, 40))]
+        cap = rng.choice([2, 5, 32])
+        assert longest_match(ctx, 4, cap) == by_hand(ctx, 4, cap), (ctx, cap)
+
+
+def test_lookup_first_verifies_a_long_repeat_alone_else_grafts_it_onto_the_tree():
+    tree = Proposal([50, 51], None, build_tree([(0,), (1,)]))
+    calls = []
+
+    def draft():
+        calls.append(1)
+        return tree
+    line = list(range(10, 10 + ngram.SURE))
+    alone = lookup_first([1] + line + [2, 3] + line, 4, 6, draft)            # the last SURE tokens repeat
+    assert alone == Proposal([2, 3, *line[:2]]) and not calls                # the tree is not even drafted
+    short = line[-2:]
+    merged = lookup_first([1] + short + [2, 3, 4] + short, 4, 6, draft)      # 2 tokens repeat: grafted
+    paths = {tuple(merged.tokens[i - 1] for i in path) for path in merged.tree.paths}
+    assert calls and paths == {(50,), (51,), (2, 3, 4, short[0])} and merged.q is None
+    assert lookup_first([1] + line + [2] + line, 4, 0, draft) is tree        # no "+ngram": the tree alone
+    calls.clear()
+    twice = lookup_first(line + [2] + line + [3] + line, 4, 6, draft)       # followed by 2, then by 3: grafted
+    assert calls and twice.tree is not None
 
 
 def test_proposers_implement_the_protocol(target_fp32):

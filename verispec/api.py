@@ -232,7 +232,7 @@ def eagle_proposer(target: Target, head: str | None = None, tree: str | None = N
     or "dynamic:N" (EAGLE-2, verifying the N most confident drafted nodes; N defaults to the tree size the cost
     profile predicts fastest), or a static tree as for Medusa (a node count, per-depth widths, a JSON file); a
     tree with "+ngram" has the prompt-lookup continuation (up to GRAFT_NGRAM tokens) grafted on as one more
-    path ("dynamic+ngram")."""
+    path ("dynamic+ngram"), or verified alone where the context repeats at length (`ngram.lookup_first`)."""
     from .model.eagle import load_eagle
     from .proposers.eagle import EagleProposer
     model, cfg = load_eagle(head or default_draft(target, DEFAULT_EAGLE, "eagle"), target.model, heads_dtype(target))

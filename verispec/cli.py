@@ -66,8 +66,8 @@ def _decoding_flags(p: argparse.ArgumentParser, k_list: bool = False) -> None:
                                   "count (the best tree of that size from the heads' measured accuracy) or 'auto' "
                                   "(the size the cost profile predicts fastest; medusa's default); for eagle "
                                   "'chain' (its default), 'dynamic' or 'dynamic:N' (EAGLE-2). Any tree takes "
-                                  "'+ngram': the prompt-lookup continuation as one more path (e.g. auto+ngram, "
-                                  "dynamic+ngram)")
+                                  "'+ngram': the prompt-lookup continuation as one more path, or alone where the "
+                                  "context's last 6+ tokens repeat (e.g. auto+ngram, dynamic+ngram)")
 
 
 def _remote_flags(p: argparse.ArgumentParser, audit: bool) -> None:

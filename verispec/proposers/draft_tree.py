@@ -14,7 +14,7 @@ from ..sampling import SamplingConfig
 from ..tree import TokenTree, topk_per_depth
 from .base import Proposal
 from .draft_model import DraftModelProposer
-from .ngram import with_lookup_path
+from .ngram import lookup_first
 
 DEFAULT_WIDTHS = (2, 2, 1, 1, 1)
 
@@ -44,6 +44,9 @@ class DraftTreeProposer(DraftModelProposer):
     @torch.inference_mode()
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
+        return lookup_first(context, k, self.graft, lambda: self._tree(context, k))
+
+    def _tree(self, context: list[int], k: int) -> Proposal:
         tree = self.tree.cut(k)
         feed = self._sync(context)
         ctx = len(context)                               # the root, context[-1], sits at position ctx - 1
@@ -65,4 +68,4 @@ class DraftTreeProposer(DraftModelProposer):
             for i in parents:
                 ranked[i] = rows[i - a].tolist()
         self.cache.truncate(ctx)                         # keep only the context: the tree's slots are scratch
-        return with_lookup_path(Proposal(tokens, None, tree), context, k, self.graft)
+        return Proposal(tokens, None, tree)

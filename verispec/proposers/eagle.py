@@ -17,7 +17,9 @@ Three shapes:
   target's random draws), which is the one assumption recursive rejection sampling needs to stay exact, and
   `verispec audit --method eagle --tree dynamic` tests it.
   With `graft` > 0, the prompt-lookup continuation (up to `graft` tokens, verispec.proposers.ngram) joins a
-  static or dynamic tree as one more path: still deterministic picks, still a function of the context alone.
+  static or dynamic tree as one more path; and where the context's last SURE or more tokens occurred before, always
+  followed by the same token, that match's continuation is verified alone, up to k tokens, and no tree is drafted
+  (`lookup_first`). Still deterministic picks, still a function of the context alone.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from ..model.eagle import EagleHead
 from ..sampling import SamplingConfig, probs, sample
 from ..tree import TokenTree, build_tree, tree_from_acceptance
 from .base import Proposal, Proposer, widen
-from .ngram import with_lookup_path
+from .ngram import lookup_first
 
 
 class EagleProposer(Proposer):
@@ -79,13 +81,19 @@ class EagleProposer(Proposer):
                 generator: torch.Generator) -> Proposal:
         if self.known == 0 or k < 1 or self.known + 1 > len(context):
             return Proposal([])
-        root = self._catch_up(context)                                           # [1, 1, D] f^ at the newest
+        if self.mode == "chain":
+            return self._drafted(context, lambda root: self._chain(root, len(context), k, sampling, generator))
+        return lookup_first(context, k, self.graft,
+                            lambda: self._drafted(context, lambda root: self._tree(root, len(context), k)))
+
+    def _drafted(self, context: list[int], draft) -> Proposal:
+        """draft(root) from the head's prediction of the newest token's feature root [1, 1, D]; the head's draft
+        entries are dropped again afterwards."""
+        root = self._catch_up(context)
         try:
-            if self.mode == "chain":
-                return self._chain(root, len(context), k, sampling, generator)
-            return with_lookup_path(self._tree(root, len(context), k), context, k, self.graft)
+            return draft(root)
         finally:
-            self.cache.truncate(self.fed)                                        # drop the draft entries
+            self.cache.truncate(self.fed)
 
     def _catch_up(self, context: list[int]) -> torch.Tensor:
         """Feed the head the true features it has not seen: (f_j, x_{j+1}) for the positions j known since the

@@ -18,7 +18,7 @@ from ..model.medusa import MedusaHeads
 from ..sampling import SamplingConfig
 from ..tree import TokenTree, expected_accepted, tree_from_acceptance
 from .base import Proposal, Proposer
-from .ngram import with_lookup_path
+from .ngram import lookup_first
 
 TREE_SIZES = (4, 8, 16, 32, 64)
 
@@ -60,9 +60,12 @@ class MedusaProposer(Proposer):
                 generator: torch.Generator) -> Proposal:
         if self.hidden is None or k < 1:
             return Proposal([])
+        return lookup_first(context, k, self.graft, lambda: self._tree(k))
+
+    def _tree(self, k: int) -> Proposal:
         tree = self.tree.cut(k)
         logits = self.heads(self.hidden)                                           # [K, H]
         ranked = [self.heads.head_ids[logits[d].topk(w).indices].tolist()          # per depth: [w] token ids
                   for d, w in enumerate(self.widths[:tree.depth])]
         tokens = [ranked[len(c) - 1][c[-1]] for c in tree.choices]                # breadth-first, node 1..n
-        return with_lookup_path(Proposal(tokens, None, tree), context, k, self.graft)
+        return Proposal(tokens, None, tree)

@@ -3,6 +3,9 @@
 Find the most recent earlier occurrence of the context's last n tokens (n from `max_ngram` down to `min_ngram`) and
 propose the tokens that followed it. It pays off whenever the output quotes its input: summaries, edits, code.
 The proposal is deterministic, so q is one-hot at each proposed token (the verifier treats `q=None` that way).
+
+Tree proposers take the lookup too (`--tree SHAPE+ngram`, `lookup_first`): a long, unambiguous repeat is copied
+alone, a chain in place of the tree; any other match is grafted onto the tree as one more path.
 """
 from __future__ import annotations
 
@@ -12,6 +15,9 @@ from ..errors import VerispecError
 from ..sampling import SamplingConfig
 from ..tree import build_tree
 from .base import Proposal, Proposer
+
+
+SURE = 6    # a suffix of this many tokens seen before: tree proposers verify its continuation alone (lookup_first)
 
 
 class NgramProposer(Proposer):
@@ -63,6 +69,39 @@ def graft(proposal: Proposal, chain: list[int]) -> Proposal:
         node = siblings[token]
     tree = build_tree(list(by_path))
     return Proposal([by_path[c] for c in tree.choices], None, tree)
+
+
+def longest_match(context: list[int], k: int, cap: int = 32) -> tuple[int, list[int], bool]:
+    """(n, continuation, agreed): the longest suffix of `context` (n <= cap tokens) that occurred earlier, the k
+    tokens that followed its most recent earlier occurrence, and whether every earlier occurrence was followed by
+    the same token. (0, [], False) when the newest token is new. A continuation that runs into the newest token
+    repeats with the match's period (a loop in the output is copied k tokens ahead, not only to its end)."""
+    ids = torch.tensor(context, dtype=torch.long)                        # [length]
+    last = ids.numel() - 1
+    ends = (ids[:last] == ids[last]).nonzero().flatten()                 # where earlier matches of 1 token end
+    n, best = 0, ends
+    while ends.numel() and n < cap:
+        n, best = n + 1, ends
+        ends = ends[ends >= n]                                           # matches that can grow one token left
+        ends = ends[ids[ends - n] == ids[last - n]]
+    if n == 0:
+        return 0, [], False
+    start = int(best[-1]) + 1
+    period = ids[start:].tolist()                                        # what followed, up to the newest token
+    return n, (period * -(-k // len(period)))[:k], bool((ids[best + 1] == ids[start]).all())
+
+
+def lookup_first(context: list[int], k: int, longest: int, draft) -> Proposal:
+    """A tree proposer's proposal with the prompt-lookup path (`--tree SHAPE+ngram`, longest > 0): where the
+    context's last SURE or more tokens occurred before, each time followed by the same token, the continuation of
+    its latest match alone, as a chain of up to k deterministic picks (`draft`, the proposer's own tree, is not
+    drafted: the copy is likelier and its verification cheaper); else `draft()` with the lookup path grafted on.
+    Either way a function of the context alone, so verification stays exact."""
+    if longest:
+        n, chain, agreed = longest_match(context, k)
+        if n >= SURE and agreed:
+            return Proposal(chain)
+    return with_lookup_path(draft(), context, k, longest)
 
 
 def with_lookup_path(proposal: Proposal, context: list[int], k: int, longest: int) -> Proposal:
