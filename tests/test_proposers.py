@@ -16,6 +16,7 @@ def test_lookup_prefers_longest_suffix_then_latest_match():
     assert lookup(ctx, 2, max_ngram=3) == [9, 9]          # trigram 1 2 3 matched at the start
     assert lookup([5, 2, 3, 8, 4, 2, 3], 3, max_ngram=2) == [8, 4, 2]
     assert lookup([5, 6, 7, 5, 1, 5], 2, max_ngram=1) == [1, 5]  # latest earlier "5"
+    assert lookup([3, 1, 2, 1, 2], 5) == [1, 2, 1, 2, 1]    # a loop, copied k tokens ahead
     assert lookup([1, 2, 3, 4], 3) == []                   # nothing repeats
     assert lookup([4], 3) == []
 

@@ -37,16 +37,22 @@ class NgramProposer(Proposer):
 
 
 def lookup(context: list[int], k: int, max_ngram: int = 3, min_ngram: int = 1) -> list[int]:
-    """Tokens that followed the latest earlier match of the longest matching suffix n-gram (at most k)."""
+    """Tokens that followed the latest earlier match of the longest matching suffix n-gram (k of them, `follow`)."""
     ids = torch.tensor(context, dtype=torch.long)
     length = ids.numel()
     for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
         windows = ids[:length - 1].unfold(0, n, 1)            # [length - n, n]: every n-gram but the suffix itself
         hits = (windows == ids[length - n:]).all(-1).nonzero()
         if hits.numel():
-            start = int(hits[-1]) + n                        # continuation of the most recent match
-            return ids[start:start + k].tolist()
+            return follow(ids, int(hits[-1]) + n, k)        # continuation of the most recent match
     return []
+
+
+def follow(ids: torch.Tensor, start: int, k: int) -> list[int]:
+    """The k tokens from ids[start] on; one that runs into the newest token repeats with the match's period (a
+    loop in the output is copied k tokens ahead, not only to its end)."""
+    period = ids[start:].tolist()
+    return (period * -(-k // len(period)))[:k]
 
 
 def graft(proposal: Proposal, chain: list[int]) -> Proposal:
@@ -74,8 +80,7 @@ def graft(proposal: Proposal, chain: list[int]) -> Proposal:
 def longest_match(context: list[int], k: int, cap: int = 32) -> tuple[int, list[int], bool]:
     """(n, continuation, agreed): the longest suffix of `context` (n <= cap tokens) that occurred earlier, the k
     tokens that followed its most recent earlier occurrence, and whether every earlier occurrence was followed by
-    the same token. (0, [], False) when the newest token is new. A continuation that runs into the newest token
-    repeats with the match's period (a loop in the output is copied k tokens ahead, not only to its end)."""
+    the same token (`follow`). (0, [], False) when the newest token is new."""
     ids = torch.tensor(context, dtype=torch.long)                        # [length]
     last = ids.numel() - 1
     ends = (ids[:last] == ids[last]).nonzero().flatten()                 # where earlier matches of 1 token end
@@ -87,8 +92,7 @@ def longest_match(context: list[int], k: int, cap: int = 32) -> tuple[int, list[
     if n == 0:
         return 0, [], False
     start = int(best[-1]) + 1
-    period = ids[start:].tolist()                                        # what followed, up to the newest token
-    return n, (period * -(-k // len(period)))[:k], bool((ids[best + 1] == ids[start]).all())
+    return n, follow(ids, start, k), bool((ids[best + 1] == ids[start]).all())
 
 
 def lookup_first(context: list[int], k: int, longest: int, draft) -> Proposal:
