@@ -2,6 +2,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -59,9 +60,25 @@ def corrupt_files(tmp_path_factory, tiny_dir):
     (["--dtype", "fp64"], "invalid choice"),
     (["--k", "two"], "k must be an integer >= 1 or 'auto'"),
     (["--k", "0"], "k must be >= 1 or 'auto'"),
+    (["--k-max", "0"], "k-max must be >= 1"),
+    (["--k-max", "400"], "too large"),
 ])
 def test_bad_decoding_flags(capsys, tiny_dir, flags, needle):
     fails_cleanly(capsys, ["generate", "hello", "--model", str(tiny_dir), *flags], needle)
+
+
+DEV_PROMPTS = str(Path(__file__).parent.parent / "bench" / "dev_prompts.jsonl")
+
+
+@pytest.mark.parametrize("command", [["generate", "hello"], ["bench", "--limit", "1", "--prompts", DEV_PROMPTS]])
+def test_k_max_reaches_the_engine(monkeypatch, capsys, tiny_dir, command):
+    import verispec.engine as engine
+    seen, real = [], engine.Engine.generate
+    monkeypatch.setattr(engine.Engine, "generate",
+                        lambda self, prompt, cfg, *a, **kw: seen.append(cfg.k_max) or real(self, prompt, cfg, *a, **kw))
+    assert main([*command, "--model", str(tiny_dir), "--method" if command[0] == "generate" else "--methods",
+                 "ngram", "--k-max", "5", "--max-new-tokens", "4"]) == 0
+    assert 5 in seen and set(seen) <= {5, 12}                   # 12: bench's warm-up calls, outside the figures
 
 
 def test_empty_prompt(capsys, tiny_dir):

@@ -155,7 +155,8 @@ def cmd_audit(args) -> int:
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     plain = Engine(target.model)
     spec = make_engine(args.method, target, args.draft, args.ngram_max, args.tree)
-    cfg = GenerationConfig(max_new_tokens=args.tokens + 1, k=args.k, seed=args.seed, acceptance=args.acceptance,
+    cfg = GenerationConfig(max_new_tokens=args.tokens + 1, k=args.k, k_max=args.k_max, seed=args.seed,
+                           acceptance=args.acceptance,
                            sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
                            stop_token_ids=target.tokenizer.stop_token_ids)
     ids = target.tokenizer.prompt_ids(args.prompt, not args.no_chat)

@@ -170,7 +170,8 @@ def cmd_bench(args) -> int:
                 label = m if len(ks) == 1 else f"{m}@auto" if k == "auto" else f"{m}@k{k}"
                 tree = args.tree if m in TREE_METHODS else None
                 engines[label] = (make_engine(m, target, args.draft, args.ngram_max, tree), k)
-    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, seed=args.seed, acceptance=args.acceptance,
+    cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, k_max=args.k_max, seed=args.seed,
+                           acceptance=args.acceptance,
                            sampling=SamplingConfig(args.temperature, args.top_k, args.top_p),
                            stop_token_ids=target.tokenizer.stop_token_ids)
     peers = []

@@ -51,6 +51,9 @@ def _decoding_flags(p: argparse.ArgumentParser, k_list: bool = False) -> None:
     else:
         g.add_argument("--k", type=_k_arg, default="auto",
                        help="draft tokens per cycle, or 'auto' (default): chosen each cycle from the cost profile")
+    g.add_argument("--k-max", type=int, default=12,
+                   help="the largest k 'auto' may choose (default 12); a tree method's copy of a long repeat "
+                        "('+ngram') runs up to it too")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0, help="0 = off")
@@ -255,7 +258,7 @@ def cmd_generate(args) -> int:
                      draft_weights=args.draft_weights)
     stream = None if args.json else (lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     r = spec.generate(args.prompt, args.max_new_tokens, args.k, args.temperature, args.top_p, args.top_k,
-                      args.seed, chat=not args.no_chat, on_text=stream, acceptance=args.acceptance)
+                      args.seed, chat=not args.no_chat, on_text=stream, acceptance=args.acceptance, k_max=args.k_max)
     if args.json:
         print(json.dumps({"text": r.text, "token_ids": r.token_ids, "finish_reason": r.finish_reason,
                           "method": args.method, "stats": r.stats}))

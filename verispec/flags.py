@@ -26,7 +26,7 @@ def check_decoding_flags(args) -> None:
     """Reject bad decoding flags before any model is loaded."""
     from .engine import GenerationConfig
     from .sampling import SamplingConfig
-    GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, acceptance=args.acceptance,
+    GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, k_max=args.k_max, acceptance=args.acceptance,
                      sampling=SamplingConfig(args.temperature, args.top_k, args.top_p))
     if getattr(args, "prompt", None) is not None and not args.prompt.strip():
         raise VerispecError("the prompt is empty")

@@ -250,6 +250,7 @@ def cmd_profile(args) -> int:
         engines[m] = (engine, args.k)
         costs[m] = draft_cost(engine, ctx + ctx[-8:]) / curve[1]
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, sampling=SamplingConfig(args.temperature),
+                           k_max=args.k_max,
                            seed=args.seed, stop_token_ids=target.tokenizer.stop_token_ids)
     print(f"running {', '.join(engines)} on {len(prompts)} prompts at k = {args.k}, T = {args.temperature} ...")
     results, runs = run_bench(target, engines, prompts, cfg, not args.no_chat)
