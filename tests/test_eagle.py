@@ -111,9 +111,9 @@ def test_a_copied_continuation_verified_alone_keeps_greedy_output(copied, monkey
     deterministic picks in place of the tree): the output is still plain decoding's. (2 repeated tokens are made
     enough, so that the tiny model's short output copies.)"""
     from verispec.api import Target, make_engine
+    from verispec.engine import GenerationConfig
     from verispec.proposers import ngram
     monkeypatch.setattr(ngram, "SURE", 2)
-    from verispec.engine import GenerationConfig
     target = Target.load(str(tiny_dir), "fp32", "cpu")
     cfg = GenerationConfig(max_new_tokens=24, k="auto", stop_token_ids=frozenset())
     prompt = target.tokenizer.prompt_ids("cats and dogs, cats and dogs, cats and dogs, cats and")

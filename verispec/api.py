@@ -303,7 +303,8 @@ class Speculator:
 
     def generate(self, prompt: str, max_new_tokens: int = 128, k: int | str = "auto", temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, chat: bool = True,
-                 on_text=None, acceptance: str = "exact", k_max: int = 12) -> Result:
+                 on_text=None, acceptance: str = "exact",
+                 k_max: int = GenerationConfig.k_max) -> Result:
         tok = self.target.tokenizer
         cfg = GenerationConfig(max_new_tokens=max_new_tokens, k=k, k_max=k_max, seed=seed, acceptance=acceptance,
                                sampling=SamplingConfig(temperature, top_k, top_p),

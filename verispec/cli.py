@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from .engine import GenerationConfig
 from .errors import VerispecError
 from .export.commands import add_export_parser
 from .model import catalog
@@ -51,9 +52,9 @@ def _decoding_flags(p: argparse.ArgumentParser, k_list: bool = False) -> None:
     else:
         g.add_argument("--k", type=_k_arg, default="auto",
                        help="draft tokens per cycle, or 'auto' (default): chosen each cycle from the cost profile")
-    g.add_argument("--k-max", type=int, default=12,
-                   help="the largest k 'auto' may choose (default 12); a tree method's copy of a long repeat "
-                        "('+ngram') runs up to it too")
+    g.add_argument("--k-max", type=int, default=GenerationConfig.k_max,
+                   help=f"the largest k 'auto' may choose (default {GenerationConfig.k_max}); a tree method's copy "
+                        "of a long repeat ('+ngram') runs up to it too")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0, help="0 = off")

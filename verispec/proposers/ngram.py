@@ -79,8 +79,8 @@ def graft(proposal: Proposal, chain: list[int]) -> Proposal:
 
 def longest_match(context: list[int], k: int, cap: int = 32) -> tuple[int, list[int], bool]:
     """(n, continuation, agreed): the longest suffix of `context` (n <= cap tokens) that occurred earlier, the k
-    tokens that followed its most recent earlier occurrence, and whether every earlier occurrence was followed by
-    the same token (`follow`). (0, [], False) when the newest token is new."""
+    tokens that followed its most recent earlier occurrence (`follow`), and whether every earlier occurrence was
+    followed by the same token. (0, [], False) when the newest token is new."""
     ids = torch.tensor(context, dtype=torch.long)                        # [length]
     last = ids.numel() - 1
     ends = (ids[:last] == ids[last]).nonzero().flatten()                 # where earlier matches of 1 token end
