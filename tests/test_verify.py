@@ -108,3 +108,37 @@ def test_probs_give_a_row_alone_its_bits_among_other_rows():
         together = probs(logits, cfg)
         for i in range(9):
             assert torch.equal(probs(logits[i:i + 1], cfg)[0], together[i])
+
+
+def test_greedy_rules_equal_the_general_rules_on_one_hot_p():
+    """At temperature 0 the engine follows the target's argmax (`greedy_chain`, `greedy_tree`) instead of running
+    the general rule over one-hot p: on random chains and trees, with drafts that often match and logits with
+    tied maxima, with and without a draft q, both give the same accepted tokens and the same next token."""
+    from verispec.sampling import top_tokens
+    from verispec.tree import build_tree
+    from verispec.verify import greedy_chain, greedy_tree, verify_tree
+    g = torch.Generator().manual_seed(4)
+    greedy = SamplingConfig(0.0)
+    for trial in range(60):
+        vocab = 6
+        logits = torch.randint(0, 3, (12, vocab), generator=g).float()           # small integers: many ties
+        top = top_tokens(logits)
+        assert torch.equal(top, logits.argmax(-1))                                # the first of tied maxima
+        p = probs(logits, greedy)
+        k = int(torch.randint(0, 6, (), generator=g))
+        draft = torch.where(torch.rand(k, generator=g) < 0.6, top[:k], torch.randint(0, vocab, (k,), generator=g))
+        q = probs(torch.randn(k, vocab, generator=g), SamplingConfig(1.0)) if trial % 2 else None
+        n, nxt = verify_chain(p[None, :k + 1], None if q is None else q[None], draft[None], torch.rand(1, k, generator=g),
+                              torch.rand(1, generator=g))
+        assert greedy_chain(top[:k + 1].tolist(), draft.tolist()) == (int(n), int(nxt))
+        paths = {()}                                                              # a random tree of up to 11 nodes
+        while len(paths) < 12:
+            parent = sorted(paths)[int(torch.randint(0, len(paths), (), generator=g))]
+            if len(parent) < 4:
+                paths.add(parent + (sum(1 for c in paths if c[:-1] == parent and len(c) == len(parent) + 1),))
+        tree = build_tree(sorted(paths - {()}))
+        tokens = [int(top[tree.parents[i]]) if torch.rand((), generator=g) < 0.6
+                  else int(torch.randint(0, vocab, (), generator=g)) for i in range(1, tree.size + 1)]
+        rows = p[:1 + tree.size]
+        u = torch.rand(1 + tree.size, generator=g)
+        assert greedy_tree(top.tolist(), tokens, tree) == verify_tree(rows, None, tokens, tree, u, torch.rand(()))

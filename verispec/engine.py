@@ -24,9 +24,9 @@ from .errors import VerispecError
 from .model import ops
 from .model.llama import Llama
 from .proposers.base import Proposal, Proposer
-from .sampling import SamplingConfig, probs, sample
+from .sampling import SamplingConfig, probs, sample, top_tokens
 from .stats import GenerationStats
-from .verify import verify_chain, verify_tree, verify_tree_typical
+from .verify import greedy_chain, greedy_tree, verify_chain, verify_tree, verify_tree_typical
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,16 @@ class NodeProbs:
             p = probs(self.target.logits(self.hidden[line]), self.sampling)          # [len(line), V]
             self.rows.update(zip(line, p))
         return self.rows[node]
+
+
+class _Top:
+    """The target's argmax at a tree's nodes, read from `NodeProbs` (one-hot there at temperature 0) on demand."""
+
+    def __init__(self, p: NodeProbs):
+        self.p = p
+
+    def __getitem__(self, node: int) -> int:
+        return int(top_tokens(self.p[node]))
 
 
 class Sequence:
@@ -236,12 +246,15 @@ class Sequence:
     def _verify_chain(self, step: Pass, hidden: torch.Tensor, logits: torch.Tensor):
         """Accept a prefix of the chain; leave the cache holding what was kept."""
         proposal, device, k = step.proposal, self.target.device, len(step.proposal.tokens)
-        p = probs(logits, self.cfg.sampling)                                       # [1, k+1, V]
-        q = None if proposal.q is None else proposal.q[None]                      # [1, k, V]
-        u_accept = torch.rand(1, k, generator=self.gen).to(device)
-        u_final = torch.rand(1, generator=self.gen).to(device)
-        num_accepted, next_token = verify_chain(p, q, step.tokens[:, 1:], u_accept, u_final)
-        n = int(num_accepted)
+        if self.cfg.sampling.greedy:              # p one-hot: the rule reduces to matching the argmax
+            n, next_token = greedy_chain(top_tokens(logits[0]).tolist(), proposal.tokens)
+        else:
+            p = probs(logits, self.cfg.sampling)                                   # [1, k+1, V]
+            q = None if proposal.q is None else proposal.q[None]                  # [1, k, V]
+            u_accept = torch.rand(1, k, generator=self.gen).to(device)
+            u_final = torch.rand(1, generator=self.gen).to(device)
+            num_accepted, next_token = verify_chain(p, q, step.tokens[:, 1:], u_accept, u_final)
+            n = int(num_accepted)
         self.cache.truncate(step.start + 1 + n)                                    # newest + accepted drafts
         self.cached_tokens.extend([int(step.tokens[0, 0])] + proposal.tokens[:n])
         if self._observe is not None:
@@ -253,16 +266,23 @@ class Sequence:
         acceptance of a big tree on the row-invariant kernels computes p only at the nodes it reads (`NodeProbs`)."""
         proposal, tree = step.proposal, step.proposal.tree
         lazy = logits is None and 1 + tree.size > LAZY_ROWS and self.cfg.acceptance == "exact"
+        greedy = self.cfg.sampling.greedy and self.cfg.acceptance == "exact"
         if lazy and ops.invariant(hidden):
             p = NodeProbs(self.target, hidden[0], tree, self.cfg.sampling)        # [1+n, V], row by row
+            top = _Top(p) if greedy else None
+        elif greedy:                              # p one-hot: the rule reduces to following the argmax
+            p, top = None, top_tokens((self.target.logits(hidden) if logits is None else logits)[0]).tolist()
         else:
             p = probs(self.target.logits(hidden) if logits is None else logits, self.cfg.sampling)[0]   # [1+n, V]
-        u_accept = torch.rand(1 + tree.size, generator=self.gen)
-        u_final = torch.rand((), generator=self.gen)
-        if self.cfg.acceptance == "typical":                                       # LOSSY
-            path, next_token = verify_tree_typical(p, proposal.tokens, tree, u_final)
+        if greedy:
+            path, next_token = greedy_tree(top, proposal.tokens, tree)
         else:
-            path, next_token = verify_tree(p, proposal.q, proposal.tokens, tree, u_accept, u_final)
+            u_accept = torch.rand(1 + tree.size, generator=self.gen)
+            u_final = torch.rand((), generator=self.gen)
+            if self.cfg.acceptance == "typical":                                   # LOSSY
+                path, next_token = verify_tree_typical(p, proposal.tokens, tree, u_final)
+            else:
+                path, next_token = verify_tree(p, proposal.q, proposal.tokens, tree, u_accept, u_final)
         self.cache.compact(step.start, torch.tensor([0] + path))                   # newest + accepted path
         accepted = [proposal.tokens[i - 1] for i in path]
         self.cached_tokens.extend([int(step.tokens[0, 0])] + accepted)

@@ -126,6 +126,33 @@ def verify_tree(p: torch.Tensor, q: torch.Tensor | None, node_tokens: list[int],
             return path, int(sample(r, u_final))                              # recovered token
 
 
+def greedy_chain(top: list[int], draft_tokens: list[int]) -> tuple[int, int]:
+    """`verify_chain` at temperature 0, one sequence: p is one-hot at the target's argmax top[i] (position i, before
+    draft token i; top has k + 1 entries), so whatever q, draft token i is accepted exactly when it equals top[i]
+    (p(x) / q(x) >= 1 > u), and the residual max(0, p - q) is one-hot at top[i] too: the recovered or bonus token is
+    top at the first mismatch. The same result without arithmetic over the vocabulary; tests compare the two.
+    Returns (num_accepted, next_token)."""
+    n = 0
+    while n < len(draft_tokens) and draft_tokens[n] == top[n]:
+        n += 1
+    return n, top[n]
+
+
+def greedy_tree(top, node_tokens: list[int], tree) -> tuple[list[int], int]:
+    """`verify_tree` at temperature 0: top[i] is the target's argmax at the root (0) and node i (a list, or
+    anything indexable that computes it on demand). From the root, the first child holding the node's argmax is
+    accepted (rejected children leave r one-hot at it); where none does, or at a leaf, that argmax is the recovered
+    or bonus token. Returns (accepted node indices in order, next token), as `verify_tree` does on one-hot p."""
+    node, path = 0, []
+    while True:
+        want = top[node]
+        child = next((c for c in tree.children(node) if node_tokens[c - 1] == want), None)
+        if child is None:
+            return path, want
+        path.append(child)
+        node = child
+
+
 def verify_tree_typical(p: torch.Tensor, node_tokens: list[int], tree, u_final: torch.Tensor,
                         epsilon: float = 0.09, delta: float = 0.3) -> tuple[list[int], int]:
     """Medusa's typical acceptance over a token tree. LOSSY: the output does NOT follow p exactly at T > 0.

@@ -128,12 +128,14 @@ VS_AVX512 inline __m512 exp16_fma(__m512 x) {
 }
 
 // The chunk's softmax pieces, each pair p < P on its own row of s (stride ls): s *= scale; m_p = the max over
-// the n real keys; e = exp(s - m_p) (exp16_fma; zero from key n on); l_p = the sum of e, 16 lanes in key order, then
+// its nk[p] real keys; e = exp(s - m_p) (exp16_fma; zero from key nk[p] on, so a pair in a chunk packed for wider
+// rows adds only zeros past its keys, to l here and to o in tile_weigh: its own bits); l_p = the sum of e, 16 lanes
+// in key order, then
 // _mm512_reduce_add_ps's fixed tree (of e itself: the weights' bf16 parts carry about 16 of its bits); e split
 // into hi and lo parts, rows of wh, wl [Pt][n32], Pt = P rounded up to whole tiles of Rt rows (rows P .. Pt zero).
 #define VS_BF16 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
-VS_BF16 void tile_softmax(float* s, int64_t ls, int64_t P, int64_t Pt, int64_t n, int64_t n32, float scale, float* mx,
-                          float* l, uint16_t* wh, uint16_t* wl) {
+VS_BF16 void tile_softmax(float* s, int64_t ls, int64_t P, int64_t Pt, const int64_t* nk, int64_t n32, float scale,
+                          float* mx, float* l, uint16_t* wh, uint16_t* wl) {
   const __m512 sc = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-INFINITY);
   for (int64_t p = 0; p < Pt; ++p) {
     uint16_t *h = wh + p * n32, *lo = wl + p * n32;
@@ -142,6 +144,7 @@ VS_BF16 void tile_softmax(float* s, int64_t ls, int64_t P, int64_t Pt, int64_t n
       continue;
     }
     float* row = s + p * ls;
+    const int64_t n = nk[p];
     __m512 m = ninf;
     for (int64_t j = 0; j < n32; j += 16) {
       const __mmask16 real = j + 16 <= n ? 0xFFFF : j < n ? static_cast<__mmask16>((1u << (n - j)) - 1) : 0;

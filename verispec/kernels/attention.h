@@ -214,10 +214,11 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
                      float scale, int64_t C, float* out) {
   // Partials m, l, o per (row, head, chunk of C logical keys), merged per (row, head) in chunk order below.
   // Work items (rows, kv head, chunk): a chunk's keys and values are widened to fp32 (or, on tiles, laid out as
-  // tiles) once and read by every query head of the group and every row of the item. A chunk of plain context slots (keys c*C .. c*C+C-1 all below the
-  // row's ctx: a chain's, tree's or prefill's context) is one item for up to ITEM_ROWS consecutive rows of a
-  // sequence that see it whole; any other chunk is one item per row. Each score and output is the same instruction sequence
-  // either way, so grouping changes no bit.
+  // tiles) once and read by every query head of the group and every row of the item. A chunk of context slots only
+  // (a chain's, tree's or prefill's context, and a chain's or prefill's own latest keys) is one item for up to
+  // ITEM_ROWS consecutive rows of a sequence, each row masking the keys past its own; a chunk holding a tree row's
+  // extra slots is one item per row. Each score and output is the same instruction sequence either way (a masked
+  // key adds zeros), so grouping changes no bit.
   std::vector<int64_t> first(R + 1, 0);
   for (int64_t r = 0; r < R; ++r) first[r + 1] = first[r] + (ctx[r] + n_extra[r] + C - 1) / C;
   const int64_t chunks = first[R], group = H / hkv;
@@ -240,7 +241,8 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
     for (int64_t c = 0; c < most; ++c) {
       int64_t run = -1;                                             // first row of the open block of rows
       for (int64_t r = a; r <= b; ++r) {
-        const bool plain = r < b && ctx[r] >= (c + 1) * C;           // keys c*C .. c*C+C-1 are context slots
+        // chunk c of row r holds context slots only (its keys c*C .. are slots c*C ..): rows share its packing
+        const bool plain = r < b && c < first[r + 1] - first[r] && std::min(ctx[r] + n_extra[r], (c + 1) * C) <= ctx[r];
         if (run >= 0 && (!plain || r - run == ITEM_ROWS)) items.push_back({run, r - run, c}), run = -1;
         if (plain && run < 0) run = r;
         else if (!plain && r < b && c < first[r + 1] - first[r]) items.push_back({r, 1, c});
@@ -257,7 +259,9 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
   std::vector<int64_t> cost(n_items + 1, 0), bound(NT + 1, n_items);
   for (int64_t it = 0; it < n_items; ++it) {
     const Item& m = items[it / hkv];
-    cost[it + 1] = cost[it] + m.nr * (std::min(ctx[m.r0] + n_extra[m.r0], (m.c + 1) * C) - m.c * C + 8);
+    int64_t keys = 0;                                              // the item's widest row's keys in the chunk
+    for (int64_t r = m.r0; r < m.r0 + m.nr; ++r) keys = std::max(keys, std::min(ctx[r] + n_extra[r], (m.c + 1) * C));
+    cost[it + 1] = cost[it] + m.nr * (keys - m.c * C + 8);
   }
   for (int64_t t = 0; t < NT; ++t)
     bound[t] = std::lower_bound(cost.begin(), cost.end(), cost[n_items] * t / NT) - cost.begin();
@@ -266,13 +270,19 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
     std::vector<float> s(most16 * (C + 8)), kf(tiles ? 0 : (C + 8) * D), vf(kf.size()), mx(most), l(most);
     std::vector<const float*> qp(most);
     std::vector<float*> sp(most), op(most);
+    std::vector<int64_t> nk(most);                                  // each pair's keys in the chunk
     std::vector<const uint16_t*> kr(tiles ? C : 0), vr(kr.size());  // the chunk's key and value rows (tiles)
     std::vector<uint16_t> kt(tiles ? C * D : 0), vt(kt.size()), wh(tiles ? most16 * C : 0), wl(wh.size());
     int64_t configured = 0;                                         // the tile rows loaded (tiles)
     for (int64_t it = bound[t0]; it < bound[t1]; ++it) {
       const Item item = items[it / hkv];
-      const int64_t g = it % hkv, r = item.r0, c = item.c, n_keys = ctx[r] + n_extra[r];
-      const int64_t j0 = c * C, n = std::min(n_keys, j0 + C) - j0, n8 = (n + 7) / 8 * 8, sq = seq[r];
+      // n: the keys of the item's widest row (its first, or the latest context slot of a shared chunk); a row with
+      // fewer, nk[p] for its pairs, masks the rest: its scores there are dropped, its weights zero
+      const int64_t g = it % hkv, r = item.r0, c = item.c, j0 = c * C;
+      int64_t wide_r = r;
+      for (int64_t rr = r; rr < r + item.nr; ++rr)
+        if (ctx[rr] + n_extra[rr] > ctx[wide_r] + n_extra[wide_r]) wide_r = rr;
+      const int64_t n = std::min(ctx[wide_r] + n_extra[wide_r], j0 + C) - j0, n8 = (n + 7) / 8 * 8, sq = seq[r];
       const T* kbase = ks[sq] + g * cap[sq] * D;
       const T* vbase = vs[sq] + g * cap[sq] * D;
       const int64_t* xs = extra + r * E - ctx[r];
@@ -282,8 +292,9 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         qp[p] = q + rh * D;
         sp[p] = s.data() + p * (C + 8);
         op[p] = po + ((first[r + p / group] + c) * H + g * group + p % group) * D;
+        nk[p] = std::min(ctx[r + p / group] + n_extra[r + p / group], j0 + C) - j0;
       }
-      const int64_t dim = D, ctx_r = ctx[r], n32 = (n + 31) / 32 * 32;   // locals: stores below may alias memory
+      const int64_t dim = D, ctx_r = ctx[wide_r], n32 = (n + 31) / 32 * 32;   // locals: stores may alias memory
       if (tiles) {
         for (int64_t j = 0; j < n32; ++j) {                         // padding repeats the last real key
           const int64_t lj = j0 + std::min(j, n - 1), slot = lj < ctx_r ? lj : xs[lj];
@@ -296,7 +307,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         if (Rt != configured) configure_tiles(Rt), configured = Rt;
         tile_scores(qh.data() + q0, ql.data() + q0, P, Rt, kt.data(), n32, dim, s.data(), C + 8);
         // whole tiles of Rt rows: at most ceil(P / 16) * 16 <= most16 rows of s, wh, wl (Rt = tile_rows(P))
-        tile_softmax(s.data(), C + 8, P, (P + Rt - 1) / Rt * Rt, n, n32, scale, mx.data(), l.data(), wh.data(),
+        tile_softmax(s.data(), C + 8, P, (P + Rt - 1) / Rt * Rt, nk.data(), n32, scale, mx.data(), l.data(), wh.data(),
                      wl.data());
         tile_weigh(P, Rt, n32, vt.data(), dim, wh.data(), wl.data(), op.data());
       } else {
@@ -317,7 +328,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         // pair; the pairs' chains interleave
         for (int64_t p = 0; p < P; ++p) {
           float* sh = sp[p];
-          for (int64_t j = n; j < n8; ++j) sh[j] = -INFINITY;
+          for (int64_t j = nk[p]; j < n8; ++j) sh[j] = -INFINITY;
           __m256 m8 = _mm256_loadu_ps(sh);
           for (int64_t j = 8; j < n8; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sh + j));
           alignas(32) float m[8];

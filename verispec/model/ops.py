@@ -21,7 +21,7 @@ from torch import nn
 
 from .. import kernels
 
-CHUNK = 64              # attention's split-KV chunk, in logical key positions (part of the numerics)
+CHUNK = 128             # attention's split-KV chunk, in logical key positions (part of the numerics)
 _reference = [False]
 _pytorch = [False]
 
