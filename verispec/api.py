@@ -137,12 +137,16 @@ UNQUANTIZED_DRAFT = "bf16"
 def draft_weights(target: Target) -> str:
     """"q4" or "native": what `target.draft_weights` (`flags.DRAFT_WEIGHTS`) means here. native: the draft's GGUF
     blocks in the target's dtype, or heads in heads_dtype. Like the dtype, this changes acceptance and speed,
-    never the output."""
+    never the output. auto: q4 where verispec's kernels run beside a quantized target, and beside a float one
+    where the integer product runs on AMX tiles (there EAGLE's drafting costs a third less, README "Session 32";
+    on AVX-512 without AMX it did not pay, session 26)."""
     from . import kernels
     if target.draft_weights != "auto":
         return target.draft_weights
-    on_kernels = target.model.device.type == "cpu" and kernels.load() is not None
-    return "q4" if target.dtype in loader.QUANTIZED and on_kernels else "native"
+    module = kernels.load() if target.model.device.type == "cpu" else None
+    if module is None:
+        return "native"
+    return "q4" if target.dtype in loader.QUANTIZED or module.q8_isa() == "amx" else "native"
 
 
 def cheaper(target: Target, proposer_model: torch.nn.Module, heads: bool = False) -> torch.nn.Module:
