@@ -140,7 +140,11 @@ class Llama(nn.Module):
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
         self.cfg = cfg
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        # built on the meta device to be loaded into (loader.py): no random init, whose meta version imports
+        # torch._dynamo (0.7 s of every command's start)
+        meta = torch.empty(0).device.type == "meta"
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size,
+                                  _weight=torch.empty(cfg.vocab_size, cfg.hidden_size) if meta else None)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))  # distinct blocks, not [b] * n
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_eps)
         self.lm_head = Linear(cfg.hidden_size, cfg.head_tokens or cfg.vocab_size, bias=False)
