@@ -1,7 +1,8 @@
 """Greedy verification's cost per cycle: the general rule over one-hot p (`probs` then `verify_tree` or
 `verify_chain`) against following the argmax (`top_tokens` then `greedy_tree` or `greedy_chain`), on random
 logits the size of the default model's vocabulary, for a chain of k = 8 and a breadth-first tree of N nodes
-(default 14); medians of 200 calls. Both give the same tokens (tests/test_verify.py).
+(default 14); medians of 200 calls. Both give the same tokens (tests/test_verify.py). Also the argmax of the
+tree's rows two ways (`sampling.top_tokens` uses the second).
 
     python scripts/greedy_verify_cost.py [NODES [VOCAB]]
 """
@@ -37,6 +38,8 @@ def main(nodes: int, vocab: int):
     general = median_ms(lambda: verify_tree(probs(logits, greedy), None, tokens, tree, u, uf))
     fast = median_ms(lambda: greedy_tree(top_tokens(logits).tolist(), tokens, tree))
     print(f"tree of {tree.size} nodes, vocabulary {vocab}: general rule {general:.3f} ms, argmax {fast:.3f} ms")
+    print(f"  the argmax of its {1 + tree.size} rows: argmax(-1) {median_ms(lambda: logits.argmax(-1)):.3f} ms, "
+          f"max(-1).indices {median_ms(lambda: logits.max(-1).indices):.3f} ms")
     chain = torch.randn(1, 9, vocab, generator=g)
     draft = top_tokens(chain[0, :8])
     draft[5] = (draft[5] + 1) % vocab                                # a mismatch at position 5

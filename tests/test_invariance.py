@@ -149,8 +149,9 @@ def reference_attention(q, ks, vs, seq, ctx, extra, n_extra):
 @pytest.mark.parametrize("heads, kv_heads, d", [(9, 3, 64), (12, 2, 128), (14, 2, 64), (14, 1, 64), (4, 4, 32)])
 def test_attention_on_amx_tiles_gives_each_row_its_own_bits(heads, kv_heads, d):
     """Where the bf16 product runs on AMX tiles, attention over bf16 caches does too (head sizes a multiple of 32):
-    rows of a 70-row chain, 9 tree rows with their ancestors, a decoding row and 40 rows of a second chain, over
-    contexts ending inside, on and past chunk boundaries: each row equals that row attended alone bit for bit
+    rows of a 70-row chain, 9 tree rows with their ancestors (after 192 slots: one chunk of context they share,
+    then one of context and extra slots each), a decoding row and 40 rows of a second chain, over contexts ending
+    inside, on and past chunk boundaries: each row equals that row attended alone bit for bit
     (tiles of 1 to 16 (row, head) pairs), the whole pass equals itself on one thread, and every output is within
     5e-5 of float64 attention (queries and probabilities carry about 16 of their 24 bits into the tiles; the
     AVX-512 kernel's error is about 1e-6).
@@ -171,7 +172,7 @@ def test_attention_on_amx_tiles_gives_each_row_its_own_bits(heads, kv_heads, d):
         seq.append(0), ctx.append(60 + r), extra.append([])
     for r in range(9):
         anc = sorted(torch.randperm(9, generator=g)[:r % 5].tolist())
-        seq.append(1), ctx.append(64), extra.append([64 + a for a in anc] + [64 + 9 + r])
+        seq.append(1), ctx.append(192), extra.append([192 + a for a in anc] + [192 + 9 + r])
     seq.append(2), ctx.append(129), extra.append([])
     for r in range(40):
         seq.append(3), ctx.append(1 + 7 * r), extra.append([])

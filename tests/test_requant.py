@@ -5,7 +5,8 @@
 - `requant.to_q4` turns GGUF parts and float weights of a module's layers into Q4_1 integer products (4-bit
   kinds stay as stored), and the layer's output stays close to the original's;
 - beside a gguf-q8 target the shipped draft and heads run 4-bit (`--draft-weights auto`; beside a float target
-  where the integer product runs on AMX tiles too), `native` keeps them as loaded, and both give plain decoding's tokens (the output never depends on a proposer's weights).
+  on a CPU with AMX too), `native` keeps them as loaded, and both give plain decoding's tokens (the output never
+  depends on a proposer's weights).
 """
 import pytest
 import torch
@@ -82,16 +83,14 @@ def q8():
     return Target.load(None, "gguf-q8", "cpu")
 
 
-def test_draft_weights_choice(q8):
+def test_draft_weights_choice(q8, target_bf16):
     from dataclasses import replace
 
     from verispec.api import Target, draft_weights
     assert draft_weights(q8) == ("q4" if kernels.load() is not None else "native")
     assert draft_weights(replace(q8, draft_weights="native")) == "native"
-    bf16 = Target.load(None, "bf16", "cpu")                 # a float target: q4 where the integer product is on AMX
-    amx = kernels.load() is not None and kernels.load().q8_isa() == "amx"
-    assert draft_weights(bf16) == ("q4" if amx else "native")
-    assert draft_weights(replace(bf16, draft_weights="q4")) == "q4"
+    amx = kernels.load() is not None and kernels.load().q8_isa() == "amx"    # a float target: q4 on AMX machines
+    assert draft_weights(target_bf16) == ("q4" if amx else "native")
     with pytest.raises(VerispecError, match="draft weights"):
         Target.load(None, "gguf-q8", "cpu", draft_weights="q3")
 

@@ -140,5 +140,6 @@ def test_greedy_rules_equal_the_general_rules_on_one_hot_p():
         tokens = [int(top[tree.parents[i]]) if torch.rand((), generator=g) < 0.6
                   else int(torch.randint(0, vocab, (), generator=g)) for i in range(1, tree.size + 1)]
         rows = p[:1 + tree.size]
+        qt = probs(torch.randn(1 + tree.size, vocab, generator=g), SamplingConfig(1.0)) if trial % 2 else None
         u = torch.rand(1 + tree.size, generator=g)
-        assert greedy_tree(top.tolist(), tokens, tree) == verify_tree(rows, None, tokens, tree, u, torch.rand(()))
+        assert greedy_tree(top.tolist(), tokens, tree) == verify_tree(rows, qt, tokens, tree, u, torch.rand(()))

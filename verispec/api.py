@@ -137,9 +137,10 @@ UNQUANTIZED_DRAFT = "bf16"
 def draft_weights(target: Target) -> str:
     """"q4" or "native": what `target.draft_weights` (`flags.DRAFT_WEIGHTS`) means here. native: the draft's GGUF
     blocks in the target's dtype, or heads in heads_dtype. Like the dtype, this changes acceptance and speed,
-    never the output. auto: q4 where verispec's kernels run beside a quantized target, and beside a float one
-    where the integer product runs on AMX tiles (there EAGLE's drafting costs a third less, README "Session 32";
-    on AVX-512 without AMX it did not pay, session 26)."""
+    never the output. auto: q4 where verispec's kernels run beside a quantized target, and beside a float one on a
+    CPU whose integer product runs on AMX tiles (`q8_isa() == "amx"`: the Intel Xeon class where EAGLE's drafting
+    cost a third less, README "Session 32"; drafting's few rows multiply on VNNI even there, so the CPU class, not
+    the tiles, is what was measured; on an AMD EPYC without AMX it did not pay, session 26)."""
     from . import kernels
     if target.draft_weights != "auto":
         return target.draft_weights

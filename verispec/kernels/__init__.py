@@ -19,7 +19,8 @@ import torch
 
 SOURCES = [Path(__file__).with_name(name)
            for name in ("cpu.cpp", "quant.cpp", "qdot.cpp", "qlayer.cpp", "stack.cpp")]
-HEADERS = [Path(__file__).with_name(name) for name in ("simd.h", "attention.h", "qweight.h", "qamx.h", "famx.h")]
+HEADERS = [Path(__file__).with_name(name)
+           for name in ("simd.h", "attention.h", "aamx.h", "qweight.h", "qamx.h", "famx.h")]
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fno-fast-math", "-fopenmp"]
 _state: dict = {}
 
