@@ -270,11 +270,12 @@ class Sequence:
         if lazy and ops.invariant(hidden):
             p = NodeProbs(self.target, hidden[0], tree, self.cfg.sampling)        # [1+n, V], row by row
             top = _Top(p) if greedy else None
-        elif greedy:                              # p one-hot: the rule reduces to following the argmax
-            logits = self.target.logits(hidden) if logits is None else logits                # [1, 1+n, V]
-            p, top = None, top_tokens(logits[0]).tolist()
         else:
-            p = probs(self.target.logits(hidden) if logits is None else logits, self.cfg.sampling)[0]   # [1+n, V]
+            logits = self.target.logits(hidden) if logits is None else logits    # [1, 1+n, V]
+            if greedy:                            # p one-hot: the rule reduces to following the argmax
+                p, top = None, top_tokens(logits[0]).tolist()
+            else:
+                p = probs(logits, self.cfg.sampling)[0]                            # [1+n, V]
         if greedy:
             path, next_token = greedy_tree(top, proposal.tokens, tree)
         else:

@@ -46,8 +46,14 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         split_rows(q + ((i % R) * H + (i / R) * group) * D, group, 0, group, D, qh.data() + i * group * D,
                    ql.data() + i * group * D);
     });
-  struct Item { int64_t r0, nr, c; };
+  struct Item { int64_t r0, nr, c, wide; };                        // wide: the row with the most keys
   std::vector<Item> items;
+  const auto add = [&](int64_t r0, int64_t nr, int64_t c) {
+    int64_t w = r0;
+    for (int64_t r = r0; r < r0 + nr; ++r)
+      if (ctx[r] + n_extra[r] > ctx[w] + n_extra[w]) w = r;
+    items.push_back({r0, nr, c, w});
+  };
   for (int64_t a = 0; a < R;) {
     int64_t b = a, most = 0;
     while (b < R && seq[b] == seq[a]) most = std::max(most, first[b + 1] - first[b]), ++b;
@@ -56,9 +62,9 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
       for (int64_t r = a; r <= b; ++r) {
         // chunk c of row r holds context slots only (its keys c*C .. are slots c*C ..): rows share its packing
         const bool plain = r < b && c < first[r + 1] - first[r] && std::min(ctx[r] + n_extra[r], (c + 1) * C) <= ctx[r];
-        if (run >= 0 && (!plain || r - run == ITEM_ROWS)) items.push_back({run, r - run, c}), run = -1;
+        if (run >= 0 && (!plain || r - run == ITEM_ROWS)) add(run, r - run, c), run = -1;
         if (plain && run < 0) run = r;
-        else if (!plain && r < b && c < first[r + 1] - first[r]) items.push_back({r, 1, c});
+        else if (!plain && r < b && c < first[r + 1] - first[r]) add(r, 1, c);
       }
     }
     a = b;
@@ -72,9 +78,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
   std::vector<int64_t> cost(n_items + 1, 0), bound(NT + 1, n_items);
   for (int64_t it = 0; it < n_items; ++it) {
     const Item& m = items[it / hkv];
-    int64_t keys = 0;                                              // the item's widest row's keys in the chunk
-    for (int64_t r = m.r0; r < m.r0 + m.nr; ++r) keys = std::max(keys, std::min(ctx[r] + n_extra[r], (m.c + 1) * C));
-    cost[it + 1] = cost[it] + m.nr * (keys - m.c * C + 8);
+    cost[it + 1] = cost[it] + m.nr * (std::min(ctx[m.wide] + n_extra[m.wide], (m.c + 1) * C) - m.c * C + 8);
   }
   for (int64_t t = 0; t < NT; ++t)
     bound[t] = std::lower_bound(cost.begin(), cost.end(), cost[n_items] * t / NT) - cost.begin();
@@ -91,10 +95,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
       const Item item = items[it / hkv];
       // n: the keys of the item's widest row (its first, or the latest context slot of a shared chunk); a row with
       // fewer, nk[p] for its pairs, masks the rest: its scores there are dropped, its weights zero
-      const int64_t g = it % hkv, r = item.r0, c = item.c, j0 = c * C;
-      int64_t wide_r = r;
-      for (int64_t rr = r; rr < r + item.nr; ++rr)
-        if (ctx[rr] + n_extra[rr] > ctx[wide_r] + n_extra[wide_r]) wide_r = rr;
+      const int64_t g = it % hkv, r = item.r0, c = item.c, j0 = c * C, wide_r = item.wide;
       const int64_t n = std::min(ctx[wide_r] + n_extra[wide_r], j0 + C) - j0, n8 = (n + 7) / 8 * 8, sq = seq[r];
       const T* kbase = ks[sq] + g * cap[sq] * D;
       const T* vbase = vs[sq] + g * cap[sq] * D;
