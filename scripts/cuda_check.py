@@ -1,37 +1,53 @@
-"""One-shot CUDA check of the engine (run on a GPU machine): correctness first, then speed.
+"""One-shot CUDA check of the engine (run on a GPU machine): correctness first, then speed, each part on its own.
 
-    python scripts/cuda_check.py [--out DIR]
+    python scripts/cuda_check.py [--out DIR] [--limit N] [--max-new-tokens N] [--device cuda]
 
-1. logits on CUDA (fp32) against the CPU (fp32) for the same checkpoint (--device cpu: a dry run);
-2. greedy equality of ngram and draft decoding against plain decoding on CUDA, fp32 and bf16, 10 prompts;
+1. fixed-shape passes (`model.graphs`, CUDA graphs) against eager passes: a chain, and a token tree against each of
+   its paths alone (logits max |diff|, argmax agreement);
+2. greedy output of every method equal to graphed plain decoding, and graphed plain equal to eager plain, on the
+   development prompts (`bench/dev_prompts.jsonl`, N per category);
 3. the accept rule's statistical exactness test with CUDA tensors;
-4. plain / ngram decode speed and the verify cost curve on CUDA, and transformers generate beside it.
-Prints a summary and writes cuda_check.json to --out.
+4. host-device synchronisations per cycle (`torch.cuda.set_sync_debug_mode`);
+5. speed at T = 0: plain eager and graphed (bf16, fp32), every method's speedup over graphed plain (per prompt,
+   side by side, median), and the verify cost T(1 + n)/T(1) of chains and trees.
+Writes cuda_check.json to --out and prints a summary table last. `--device cpu` is a dry run (no graphs).
 """
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
+import os
 import statistics
 import sys
 import time
+import traceback
+import warnings
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from verispec.api import Target, make_engine  # noqa: E402
-from verispec.costs import cost_curve  # noqa: E402
+from verispec.costs import verify_times  # noqa: E402
 from verispec.engine import Engine, GenerationConfig  # noqa: E402
-from verispec.model import loader  # noqa: E402
-from verispec.model.llama import Llama  # noqa: E402
-from verispec.proposers.draft_model import DraftModelProposer  # noqa: E402
-from verispec.proposers.ngram import NgramProposer  # noqa: E402
+from verispec.prompts import load_prompts  # noqa: E402
 from verispec.sampling import SamplingConfig, probs  # noqa: E402
+from verispec.tree import build_tree  # noqa: E402
 from verispec.verify import verify_chain  # noqa: E402
+
+# (label, method, tree, k): every method, chains at two lengths, trees that fit the 16- and 32-row buckets
+CONFIGS = [("ngram k4", "ngram", None, 4), ("ngram k8", "ngram", None, 8),
+           ("draft k4", "draft", None, 4), ("draft k6", "draft", None, 6),
+           ("medusa", "medusa", None, 8), ("medusa 15", "medusa", "15", 8),
+           ("eagle chain k4", "eagle", None, 4), ("eagle auto+ngram", "eagle", "auto+ngram", 8),
+           ("eagle 15", "eagle", "15", 8), ("eagle 31", "eagle", "31", 8)]
+
+
+def graphs_on(on: bool) -> None:
+    os.environ["VERISPEC_CUDA_GRAPHS"] = "1" if on else "0"
 
 
 def sync(dev):
@@ -39,63 +55,149 @@ def sync(dev):
         torch.cuda.synchronize()
 
 
-def truncated(target: Target, layers: int) -> Llama:
-    """A weak draft: a second copy of the target cut to its first `layers` layers."""
-    model, _, _ = loader.load(target.folder, target.dtype, target.model.device)
-    model.layers = model.layers[:layers]
-    model.cfg = dataclasses.replace(model.cfg, num_layers=layers)
-    return model
+def part(report, name, fn):
+    """Run one part; a failure is recorded and printed, and the next part still runs."""
+    t0 = time.perf_counter()
+    try:
+        report[name] = fn()
+    except Exception as e:  # noqa: BLE001 -- one broken part must not hide the others' results
+        report[name] = {"error": f"{type(e).__name__}: {e}"}
+        traceback.print_exc()
+    print(f"[{name}] {time.perf_counter() - t0:.1f} s: {json.dumps(report[name])[:600]}", flush=True)
 
 
-def greedy_equality(target: Target, prompts, max_new=48):
-    tok = target.tokenizer
-    cfg = GenerationConfig(max_new_tokens=max_new, k=4, stop_token_ids=tok.stop_token_ids)
-    plain = Engine(target.model)
-    draft = truncated(target, 12)
-    others = {"ngram": Engine(target.model, NgramProposer()), "draft": Engine(target.model, DraftModelProposer(draft)),
-              "self-draft": Engine(target.model, DraftModelProposer(target.model)),
-              "shipped-draft@auto": make_engine("draft", target), "ngram@auto": make_engine("ngram", target)}
-    out = {m: 0 for m in others}
+@torch.inference_mode()
+def pass_agreement(target: Target):
+    """Graphed passes against eager ones after a 300-token context: a 5-row chain, and a 15-node tree's rows
+    against each root-to-node path decoded alone (eager)."""
+    model, dev = target.model, target.model.device
+    g = torch.Generator().manual_seed(0)
+    ctx = torch.randint(0, model.cfg.vocab_size, (1, 300), generator=g).to(dev)
+
+    def primed():
+        graphs_on(False)
+        cache = model.new_cache(512)
+        model(ctx, torch.arange(300, device=dev)[None], cache)
+        return cache
+    out = {}
+    chain = torch.randint(0, model.cfg.vocab_size, (1, 5), generator=g).to(dev)
+    pos = torch.arange(300, 305, device=dev)[None]
+    eager = model.logits(model(chain, pos, primed()))
+    cache = primed()
+    graphs_on(True)
+    got = model.logits(model(chain, pos, cache))
+    out["chain_max_abs_diff"] = float((got - eager).abs().max())
+    out["chain_argmax_agree"] = float((got.argmax(-1) == eager.argmax(-1)).float().mean())
+    tree = build_tree([(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (2, 0), (0, 0, 0), (0, 0, 1), (0, 1, 0),
+                       (1, 0, 0), (0, 0, 0, 0), (0, 0, 0, 1), (0, 0, 1, 0), (0, 0, 0, 0, 0)])
+    tokens = torch.randint(0, model.cfg.vocab_size, (1, 1 + tree.size), generator=g).to(dev)
+    positions = (300 + torch.tensor(tree.depths))[None].to(dev)
+    mask = torch.cat([torch.ones(1 + tree.size, 300, dtype=torch.bool), tree.ancestry], 1)[None].to(dev)
+    cache = primed()
+    graphs_on(True)
+    got = model.logits(model(tokens, positions, cache, mask))[0]
+    diffs, agree = [], []
+    for node in range(1 + tree.size):
+        path = [node]
+        while tree.parents[path[-1]] >= 0:
+            path.append(tree.parents[path[-1]])
+        path = path[::-1]
+        c = primed()
+        alone = model.logits(model(tokens[:, path], torch.arange(300, 300 + len(path), device=dev)[None], c))[0, -1]
+        diffs.append(float((got[node] - alone).abs().max()))
+        agree.append(bool(got[node].argmax() == alone.argmax()))
+    graphs_on(True)
+    out["tree_max_abs_diff"] = max(diffs)
+    out["tree_argmax_agree"] = sum(agree) / len(agree)
+    return out
+
+
+def engines(target: Target):
+    out = {"plain": (Engine(target.model), 4)}
+    for label, method, tree, k in CONFIGS:
+        try:
+            out[label] = (make_engine(method, target, tree=tree), k)
+        except Exception as e:  # noqa: BLE001
+            print(f"cannot build {label}: {e}", flush=True)
+    return out
+
+
+def run(engine, ids, k, target, max_new):
+    cfg = GenerationConfig(max_new_tokens=max_new, k=k, stop_token_ids=target.tokenizer.stop_token_ids)
+    sync(target.model.device.type)
+    return engine.generate(ids, cfg)
+
+
+def methods(target: Target, prompts, max_new, repeats):
+    """Greedy equality with graphed plain (and eager plain), tok/s and per-prompt speedups, side by side."""
+    tok, dev = target.tokenizer, target.model.device.type
+    es = engines(target)
+    for e, k in es.values():                                        # warm up: capture every bucket used
+        run(e, tok.prompt_ids("Write a haiku about the sea."), k, target, 32)
+    same = {m: 0 for m in es}
+    rates = {m: [] for m in es}
+    ratios = {m: [] for m in es}
+    mat = {m: [] for m in es}
+    eager_same = 0
     for p in prompts:
-        ids = tok.prompt_ids(p)
-        ref = plain.generate(ids, cfg).token_ids
-        for m, e in others.items():
-            mcfg = dataclasses.replace(cfg, k="auto") if m.endswith("@auto") else cfg
-            out[m] += e.generate(ids, mcfg).token_ids == ref
-    return {m: v / len(prompts) for m, v in out.items()}
+        ids = tok.prompt_ids(p.prompt)
+        graphs_on(False)
+        ref_eager = run(es["plain"][0], ids, 4, target, max_new).token_ids
+        graphs_on(True)
+        best = {m: 0.0 for m in es}                                 # mean tok/s over the repeats
+        outs = {}
+        for _ in range(repeats):
+            for m, (e, k) in es.items():
+                r = run(e, ids, k, target, max_new)
+                sync(dev)
+                best[m] += r.stats.tokens_per_s / repeats
+                outs[m] = r
+        ref = outs["plain"].token_ids
+        eager_same += ref == ref_eager
+        for m, r in outs.items():
+            same[m] += r.token_ids == ref
+            rates[m].append(best[m])
+            ratios[m].append(best[m] / best["plain"])
+            mat[m].append(r.stats.mean_accepted_tokens or 1.0)
+    n = len(prompts)
+    return {"prompts": n, "graphed_plain_equals_eager_plain": eager_same / n,
+            "greedy_equal_to_plain": {m: v / n for m, v in same.items()},
+            "tok_s_median": {m: statistics.median(v) for m, v in rates.items()},
+            "speedup_median": {m: statistics.median(v) for m, v in ratios.items()},
+            "mat_median": {m: statistics.median(v) for m, v in mat.items()}}
 
 
-def speed(target: Target, prompts, max_new=64):
+def plain_speed(target: Target, prompts, max_new):
     tok = target.tokenizer
-    cfg = GenerationConfig(max_new_tokens=max_new, k=4, stop_token_ids=tok.stop_token_ids)
-    engines = {"plain": Engine(target.model), "ngram": Engine(target.model, NgramProposer()),
-               "draft": make_engine("draft", target)}
-    for e in engines.values():
-        e.generate(tok.prompt_ids("Hello"), GenerationConfig(max_new_tokens=8))
-    res = {m: [] for m in engines}
-    for p in prompts:
-        ids = tok.prompt_ids(p)
-        for m, e in engines.items():
-            res[m].append(e.generate(ids, cfg).stats.tokens_per_s)
-    return {m: statistics.median(v) for m, v in res.items()}
+    e = Engine(target.model)
+    out = {}
+    for on in (False, True):
+        graphs_on(on)
+        run(e, tok.prompt_ids("Hello"), 4, target, 16)
+        rates = [run(e, tok.prompt_ids(p.prompt), 4, target, max_new).stats.tokens_per_s for p in prompts]
+        out["graphed" if on else "eager"] = statistics.median(rates)
+    graphs_on(True)
+    return out
 
 
-def hf_speed(target: Target, prompts, dtype, dev, max_new=64):
-    from transformers import AutoModelForCausalLM
-    m = AutoModelForCausalLM.from_pretrained(target.folder, dtype=dtype).to(dev).eval()
-    tok = target.tokenizer
-    rates = []
-    with torch.inference_mode():
-        for i, p in enumerate([prompts[0]] + list(prompts)):
-            x = torch.tensor([tok.prompt_ids(p)], device=dev)
-            sync(dev)
-            t0 = time.perf_counter()
-            y = m.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new, do_sample=False,
-                           eos_token_id=sorted(tok.stop_token_ids), pad_token_id=0)
-            sync(dev)
-            if i:
-                rates.append((y.shape[1] - x.shape[1]) / (time.perf_counter() - t0))
-    return statistics.median(rates)
+def syncs_per_cycle(target: Target, prompt: str):
+    """Host-device synchronisations per decoding cycle, counted by PyTorch's sync debug mode."""
+    if target.model.device.type != "cuda":
+        return "cuda only"
+    out = {}
+    for label, (e, k) in engines(target).items():
+        ids = target.tokenizer.prompt_ids(prompt)
+        run(e, ids, k, target, 16)
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                r = run(e, ids, k, target, 48)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        cycles = r.stats.target_passes - 1
+        out[label] = round(len(caught) / max(cycles, 1), 2)
+    return out
 
 
 def exactness_on(dev):
@@ -112,40 +214,57 @@ def exactness_on(dev):
     return results
 
 
+def verify_cost(target: Target, on: bool):
+    graphs_on(on)
+    chains, trees = verify_times(target.model, list(range(1, 9)), [4, 8, 16, 32, 64], context=256, repeats=20,
+                                 relative=True)
+    graphs_on(True)
+    return {"chain": {n: round(v, 3) for n, v in chains.items()}, "tree": {n: round(v, 3) for n, v in trees.items()}}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--prompts", type=int, default=10, help="how many of the engine tests' prompts to use")
+    ap.add_argument("--limit", type=int, default=4, help="development prompts per category")
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--fp32", action="store_true", help="also time plain decoding in fp32")
     args = ap.parse_args()
     dev = args.device
+    if dev == "cpu":                                # a dry run: fixed-shape passes, uncaptured
+        from verispec.model import graphs
+        graphs._everywhere[0] = True
     report = {"device": torch.cuda.get_device_name() if dev == "cuda" else dev, "torch": torch.__version__}
-    from test_engine import PROMPTS
-    PROMPTS = PROMPTS[:args.prompts]
-    cpu = Target.load(None, "fp32", "cpu")
-    gpu32 = Target.load(None, "fp32", dev)
-    ids = cpu.tokenizer.prompt_ids(PROMPTS[0])
-    with torch.inference_mode():
-        lc = cpu.model.logits(cpu.model(torch.tensor([ids]), torch.arange(len(ids))[None], cpu.model.new_cache(512)))
-        x = torch.tensor([ids], device=dev)
-        lg = gpu32.model.logits(gpu32.model(x, torch.arange(len(ids), device=dev)[None],
-                                            gpu32.model.new_cache(512))).cpu()
-    report["fp32_logits_max_abs_diff_cuda_vs_cpu"] = float((lc - lg).abs().max())
-    report["fp32_argmax_agree"] = float((lc.argmax(-1) == lg.argmax(-1)).float().mean())
-    del cpu
-    report["greedy_match_fp32"] = greedy_equality(gpu32, PROMPTS)
-    gpu16 = Target.load(None, "bf16", dev)
-    report["greedy_match_bf16"] = greedy_equality(gpu16, PROMPTS)
-    report["exactness_pvalues"] = exactness_on(dev)
-    for name, tgt, dt in (("fp32", gpu32, torch.float32), ("bf16", gpu16, torch.bfloat16)):
-        report[f"speed_{name}_tok_s"] = speed(tgt, PROMPTS)
-        report[f"speed_{name}_transformers_tok_s"] = hf_speed(tgt, PROMPTS, dt, dev)
-        curve = cost_curve(tgt.model, [1, 2, 4, 8, 16], context=256, repeats=5)
-        report[f"cost_curve_{name}"] = {n: curve[n] / curve[1] for n in curve}
-        report[f"ms_per_pass_{name}"] = curve[1] * 1e3
-    print(json.dumps(report, indent=1))
+    graphs_on(True)
+    by_cat = {}
+    for p in load_prompts([ROOT / "bench" / "dev_prompts.jsonl"]):
+        by_cat.setdefault(p.category, []).append(p)
+    prompts = [p for ps in by_cat.values() for p in ps[:args.limit]]
+    t0 = time.perf_counter()
+    target = Target.load(None, "bf16", dev)
+    print(f"loaded in {time.perf_counter() - t0:.1f} s", flush=True)
+    part(report, "pass_agreement_bf16", lambda: pass_agreement(target))
+    part(report, "exactness_pvalues", lambda: exactness_on(dev))
+    part(report, "plain_bf16", lambda: plain_speed(target, prompts, args.max_new_tokens))
+    part(report, "methods_bf16", lambda: methods(target, prompts, args.max_new_tokens, args.repeats))
+    part(report, "syncs_per_cycle", lambda: syncs_per_cycle(target, prompts[0].prompt))
+    part(report, "verify_cost_graphed_bf16", lambda: verify_cost(target, True))
+    part(report, "verify_cost_eager_bf16", lambda: verify_cost(target, False))
+    if args.fp32:
+        del target
+        t32 = Target.load(None, "fp32", dev)
+        part(report, "pass_agreement_fp32", lambda: pass_agreement(t32))
+        part(report, "plain_fp32", lambda: plain_speed(t32, prompts, args.max_new_tokens))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "cuda_check.json").write_text(json.dumps(report, indent=1))
+    m = report.get("methods_bf16", {})
+    if "speedup_median" in m:
+        print(f"\n{'method':20s} {'tok/s':>8s} {'speedup':>8s} {'MAT':>6s} {'greedy==plain':>14s}")
+        for k in m["speedup_median"]:
+            print(f"{k:20s} {m['tok_s_median'][k]:8.1f} {m['speedup_median'][k]:8.2f} {m['mat_median'][k]:6.2f} "
+                  f"{m['greedy_equal_to_plain'][k]:14.2f}")
+    print(f"total {time.perf_counter() - t0:.0f} s")
 
 
 if __name__ == "__main__":

@@ -57,8 +57,8 @@ class KVCache:
         Used after tree verification: `keep` ([n] ascending node indices) is the accepted root-to-node path.
         """
         n = int(keep.numel())
-        src = (start + keep).to(self.k.device)
-        if n and not torch.equal(src, torch.arange(start, start + n, device=src.device)):
+        if n and not torch.equal(keep.cpu(), torch.arange(n)):    # compared on the host: no device sync
+            src = (start + keep).to(self.k.device)
             self.k[:, :, :, start:start + n] = self.k.index_select(3, src)
             self.v[:, :, :, start:start + n] = self.v.index_select(3, src)
         self.length = start + n

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import fused, ops
+from . import fused, graphs, ops
 from .kv_cache import KVCache
 from .ops import Linear, RMSNorm
 
@@ -100,6 +100,8 @@ class Attention(nn.Module):
         if rows is None:                                        # training: attend within the block only
             return self.wo(F.scaled_dot_product_attention(q, k, v, is_causal=t > 1, enable_gqa=True)
                            .transpose(1, 2).reshape(b, t, self.h * self.d))
+        if isinstance(rows, graphs.Dense):                      # a fixed-shape pass (a CUDA graph)
+            return self.wo(rows.attend(q, k, v, layer).to(x.dtype))
         if b > 1:                                               # one cache with a batch dimension
             rows.segments[0][0].write(layer, k, v)
         else:                                                   # one or more sequences packed end to end
@@ -156,6 +158,7 @@ class Llama(nn.Module):
         self._inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float64, device="cpu")
                                                   / cfg.head_dim)
         self._rope = (torch.zeros(0, cfg.head_dim // 2, device="cpu"),) * 2         # cos, sin [positions, d/2]
+        self._graphs = None                                     # graphs.GraphRunner, made on first use on CUDA
 
     @property
     def device(self) -> torch.device:
@@ -167,6 +170,8 @@ class Llama(nn.Module):
 
     def new_cache(self, capacity: int, batch: int = 1) -> KVCache:
         c = self.cfg
+        if graphs.enabled(self.device):                         # room for padded rows, few distinct capacities
+            capacity = graphs.capacity(capacity)
         return KVCache(c.num_layers, batch, c.num_kv_heads, capacity, c.head_dim, self.dtype, self.device)
 
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -196,6 +201,12 @@ class Llama(nn.Module):
         row's hidden state is bit for bit that of decoding its token alone, on the kernels' machines.
         """
         b, t = positions.shape
+        if cache is not None and b == 1 and graphs.enabled(self.device):     # replay a fixed-shape pass
+            if self._graphs is None:
+                self._graphs = graphs.GraphRunner(self)
+            hidden = self._graphs(tokens, positions, cache, mask, embeds)
+            if hidden is not None:
+                return hidden
         x = self.embed(tokens) if embeds is None else embeds                  # [batch, n, D]
         rows = None
         if cache is not None:
@@ -213,6 +224,8 @@ class Llama(nn.Module):
         Every row's result is the one `forward` gives for its sequence alone, bit for bit where the reductions
         are row-invariant (`ops.invariant`): a sequence's output never depends on which others share its batch.
         """
+        if len(segments) == 1 and graphs.enabled(self.device):                # one sequence: its graphed pass
+            return [self.forward(*segments[0])]
         sizes = [tok.shape[1] for tok, *_ in segments]
         rows = ops.Rows.plan([(c, 0, n, m) for n, (_, _, c, m) in zip(sizes, segments)])
         tokens = torch.cat([tok for tok, *_ in segments], 1)                          # [1, sum n_i]
@@ -236,6 +249,13 @@ class Llama(nn.Module):
             y = fused.stack(self.layers, Block, x, rope, rows)                   # every layer in one kernel call
             if y is not None:
                 return self.norm(y)
+        for i, block in enumerate(self.layers):
+            x = block(x, rope, rows, i)
+        return self.norm(x)
+
+    def run_dense(self, x: torch.Tensor, positions: torch.Tensor, rows: graphs.Dense) -> torch.Tensor:
+        """`_run` for a fixed-shape pass (`graphs`): x [1, R, D] -> [1, R, D], with no host synchronisation."""
+        rope = tuple(t[positions] for t in self._rope)          # cos, sin [1, R, d/2]: the table is whole already
         for i, block in enumerate(self.layers):
             x = block(x, rope, rows, i)
         return self.norm(x)

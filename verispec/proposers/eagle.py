@@ -67,7 +67,8 @@ class EagleProposer(Proposer):
         if self.cache is None or self.cache.capacity < capacity + spare:
             d = self.head.cfg.hidden_size
             self.cache = self.head.new_cache(capacity + spare)
-            self.feats = torch.empty(capacity + spare, d, dtype=self.head.out.dtype, device=self.head.out.device)
+            self.feats = torch.empty(self.cache.capacity, d, dtype=self.head.out.dtype,    # (a graphed device
+                                     device=self.head.out.device)                     # rounds capacities up)
         self.cache.truncate(0)
         self.known = self.fed = 0
 
