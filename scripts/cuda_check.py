@@ -40,10 +40,13 @@ from verispec.verify import verify_chain  # noqa: E402
 
 # (label, method, tree, k): every method, chains at two lengths, trees that fit the 16- and 32-row buckets
 CONFIGS = [("ngram k4", "ngram", None, 4), ("ngram k8", "ngram", None, 8),
-           ("draft k4", "draft", None, 4), ("draft k6", "draft", None, 6),
+           ("draft k4", "draft", None, 4), ("draft k6", "draft", None, 6), ("draft-tree", "draft-tree", None, 8),
            ("medusa", "medusa", None, 8), ("medusa 15", "medusa", "15", 8),
            ("eagle chain k4", "eagle", None, 4), ("eagle auto+ngram", "eagle", "auto+ngram", 8),
            ("eagle 15", "eagle", "15", 8), ("eagle 31", "eagle", "31", 8)]
+
+
+MAIN = ("ngram k4", "draft k4", "draft-tree", "medusa 15", "eagle chain k4", "eagle auto+ngram")
 
 
 def graphs_on(on: bool) -> None:
@@ -122,60 +125,72 @@ def engines(target: Target):
     return out
 
 
-def run(engine, ids, k, target, max_new):
-    cfg = GenerationConfig(max_new_tokens=max_new, k=k, stop_token_ids=target.tokenizer.stop_token_ids)
+def run(engine, ids, k, target, max_new, sampling=None, graphed=False):
+    if graphed:
+        graphs_on(True)
+    cfg = GenerationConfig(max_new_tokens=max_new, k=k, stop_token_ids=target.tokenizer.stop_token_ids,
+                           sampling=sampling or SamplingConfig())
     sync(target.model.device.type)
     return engine.generate(ids, cfg)
 
 
-def methods(target: Target, prompts, max_new, repeats):
-    """Greedy equality with graphed plain (and eager plain), tok/s and per-prompt speedups, side by side."""
-    tok, dev = target.tokenizer, target.model.device.type
-    es = engines(target)
+def methods(target: Target, prompts, max_new, repeats, temperature=0.0, eager=4, only=None):
+    """Every method against graphed plain decoding, side by side per prompt: tok/s, speedup, MAT, drafting and
+    verification ms per cycle, and (at T = 0) greedy equality with plain; graphed plain against eager plain on the
+    first `eager` prompts. only: the labels to run (default all)."""
+    tok = target.tokenizer
+    es = {m: v for m, v in engines(target).items() if only is None or m in only or m == "plain"}
+    longest = max(prompts, key=lambda p: len(p.prompt))                  # its cache serves every prompt after
     for e, k in es.values():                                        # warm up: capture every bucket used
-        run(e, tok.prompt_ids("Write a haiku about the sea."), k, target, 32)
+        run(e, tok.prompt_ids(longest.prompt), k, target, 32)
+    sampling = SamplingConfig(temperature=temperature)
     same = {m: 0 for m in es}
-    rates = {m: [] for m in es}
-    ratios = {m: [] for m in es}
-    mat = {m: [] for m in es}
+    rates, ratios, mat, draft_ms, verify_ms = ({m: [] for m in es} for _ in range(5))
     eager_same = 0
-    for p in prompts:
+    for n, p in enumerate(prompts):
         ids = tok.prompt_ids(p.prompt)
-        graphs_on(False)
-        ref_eager = run(es["plain"][0], ids, 4, target, max_new).token_ids
-        graphs_on(True)
-        best = {m: 0.0 for m in es}                                 # mean tok/s over the repeats
+        if n < eager and temperature == 0:
+            graphs_on(False)
+            eager_same += run(es["plain"][0], ids, 4, target, max_new).token_ids == \
+                run(es["plain"][0], ids, 4, target, max_new, graphed=True).token_ids
+            graphs_on(True)
+        rate = {m: 0.0 for m in es}                                 # mean tok/s over the repeats
         outs = {}
         for _ in range(repeats):
             for m, (e, k) in es.items():
-                r = run(e, ids, k, target, max_new)
-                sync(dev)
-                best[m] += r.stats.tokens_per_s / repeats
+                r = run(e, ids, k, target, max_new, sampling)
+                rate[m] += r.stats.tokens_per_s / repeats
                 outs[m] = r
         ref = outs["plain"].token_ids
-        eager_same += ref == ref_eager
         for m, r in outs.items():
             same[m] += r.token_ids == ref
-            rates[m].append(best[m])
-            ratios[m].append(best[m] / best["plain"])
+            rates[m].append(rate[m])
+            ratios[m].append(rate[m] / rate["plain"])
             mat[m].append(r.stats.mean_accepted_tokens or 1.0)
-    n = len(prompts)
-    return {"prompts": n, "graphed_plain_equals_eager_plain": eager_same / n,
-            "greedy_equal_to_plain": {m: v / n for m, v in same.items()},
-            "tok_s_median": {m: statistics.median(v) for m, v in rates.items()},
-            "speedup_median": {m: statistics.median(v) for m, v in ratios.items()},
-            "mat_median": {m: statistics.median(v) for m, v in mat.items()}}
+            cycles = max(r.stats.target_passes - 1, 1)
+            draft_ms[m].append(1e3 * r.stats.time_draft_s / cycles)
+            verify_ms[m].append(1e3 * r.stats.time_verify_s / cycles)
+    med = lambda d: {m: round(statistics.median(v), 3) for m, v in d.items()}  # noqa: E731
+    out = {"prompts": len(prompts), "temperature": temperature, "tok_s_median": med(rates),
+           "speedup_median": med(ratios), "mat_median": med(mat), "draft_ms_per_cycle": med(draft_ms),
+           "verify_ms_per_cycle": med(verify_ms)}
+    if temperature == 0:
+        out["greedy_equal_to_plain"] = {m: v / len(prompts) for m, v in same.items()}
+        out["graphed_plain_equals_eager_plain"] = f"{eager_same}/{min(eager, len(prompts))}"
+    return out
 
 
-def plain_speed(target: Target, prompts, max_new):
+def plain_speed(target: Target, prompts, max_new, eager=4):
+    """Plain decoding's tok/s (median over prompts), eager on the first `eager` prompts and graphed on them all."""
     tok = target.tokenizer
     e = Engine(target.model)
     out = {}
     for on in (False, True):
         graphs_on(on)
         run(e, tok.prompt_ids("Hello"), 4, target, 16)
-        rates = [run(e, tok.prompt_ids(p.prompt), 4, target, max_new).stats.tokens_per_s for p in prompts]
-        out["graphed" if on else "eager"] = statistics.median(rates)
+        some = prompts if on else prompts[:eager]
+        out["graphed" if on else f"eager (first {eager})"] = statistics.median(
+            run(e, tok.prompt_ids(p.prompt), 4, target, max_new).stats.tokens_per_s for p in some)
     graphs_on(True)
     return out
 
@@ -230,6 +245,8 @@ def main():
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--fp32", action="store_true", help="also time plain decoding in fp32")
+    ap.add_argument("--long", help="a JSONL of long prompts (../shared/data/prompts/long.jsonl) to time too")
+    ap.add_argument("--long-limit", type=int, default=4, help="long prompts per category")
     args = ap.parse_args()
     dev = args.device
     if dev == "cpu":                                # a dry run: fixed-shape passes, uncaptured
@@ -248,6 +265,14 @@ def main():
     part(report, "exactness_pvalues", lambda: exactness_on(dev))
     part(report, "plain_bf16", lambda: plain_speed(target, prompts, args.max_new_tokens))
     part(report, "methods_bf16", lambda: methods(target, prompts, args.max_new_tokens, args.repeats))
+    part(report, "methods_bf16_t1", lambda: methods(target, prompts, args.max_new_tokens, 1, temperature=1.0,
+                                                    only=MAIN))
+    if args.long:
+        cats = {}
+        for p in load_prompts([args.long]):
+            cats.setdefault(p.category, []).append(p)
+        long = [p for ps in cats.values() for p in ps[:args.long_limit]]
+        part(report, "methods_bf16_long", lambda: methods(target, long, 128, 1, only=MAIN))
     part(report, "syncs_per_cycle", lambda: syncs_per_cycle(target, prompts[0].prompt))
     part(report, "verify_cost_graphed_bf16", lambda: verify_cost(target, True))
     part(report, "verify_cost_eager_bf16", lambda: verify_cost(target, False))
@@ -256,14 +281,19 @@ def main():
         t32 = Target.load(None, "fp32", dev)
         part(report, "pass_agreement_fp32", lambda: pass_agreement(t32))
         part(report, "plain_fp32", lambda: plain_speed(t32, prompts, args.max_new_tokens))
+        part(report, "methods_fp32", lambda: methods(t32, prompts, args.max_new_tokens, 1, only=MAIN))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "cuda_check.json").write_text(json.dumps(report, indent=1))
-    m = report.get("methods_bf16", {})
-    if "speedup_median" in m:
-        print(f"\n{'method':20s} {'tok/s':>8s} {'speedup':>8s} {'MAT':>6s} {'greedy==plain':>14s}")
+    for name in ("methods_bf16", "methods_bf16_t1", "methods_bf16_long", "methods_fp32"):
+        m = report.get(name, {})
+        if "speedup_median" not in m:
+            continue
+        print(f"\n{name:20s} {'tok/s':>8s} {'speedup':>8s} {'MAT':>6s} {'draft ms':>9s} {'verify ms':>9s} "
+              f"{'==plain':>8s}")
         for k in m["speedup_median"]:
             print(f"{k:20s} {m['tok_s_median'][k]:8.1f} {m['speedup_median'][k]:8.2f} {m['mat_median'][k]:6.2f} "
-                  f"{m['greedy_equal_to_plain'][k]:14.2f}")
+                  f"{m['draft_ms_per_cycle'][k]:9.3f} {m['verify_ms_per_cycle'][k]:9.3f} "
+                  f"{m.get('greedy_equal_to_plain', {}).get(k, float('nan')):8.2f}")
     print(f"total {time.perf_counter() - t0:.0f} s")
 
 

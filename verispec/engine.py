@@ -69,6 +69,7 @@ class Pass:
     positions: torch.Tensor             # [1, 1+n]
     mask: torch.Tensor | None           # [1, 1+n, S] a tree's ancestry mask; None: a causal chain
     start: int                          # the cache's length before the pass
+    newest: int                         # tokens[0, 0], kept on the host (reading it back would wait for the device)
 
     def inputs(self, cache) -> tuple:
         """The target's forward arguments for this pass."""
@@ -218,7 +219,7 @@ class Sequence:
             mask = torch.cat([torch.ones(1 + tree.size, start, dtype=torch.bool, device=device),
                               tree.ancestry.to(device)], 1)[None]                  # [1, 1+n, start+1+n]
         self.stats.time_draft_s += time.perf_counter() - t0
-        return Pass(proposal, tokens, positions, mask, start)
+        return Pass(proposal, tokens, positions, mask, start, newest)
 
     def finish(self, step: Pass, hidden: torch.Tensor, logits: torch.Tensor | None = None) -> list[int]:
         """Accept from the target's hidden states [1, 1+n, D] of `step` (and their logits [1, 1+n, V], if the
@@ -256,7 +257,7 @@ class Sequence:
             num_accepted, next_token = verify_chain(p, q, step.tokens[:, 1:], u_accept, u_final)
             n = int(num_accepted)
         self.cache.truncate(step.start + 1 + n)                                    # newest + accepted drafts
-        self.cached_tokens.extend([int(step.tokens[0, 0])] + proposal.tokens[:n])
+        self.cached_tokens.extend([step.newest] + proposal.tokens[:n])
         if self._observe is not None:
             self._observe(hidden[0, :n + 1])                                       # [n+1, D]
         return proposal.tokens[:n], int(next_token)
@@ -287,7 +288,7 @@ class Sequence:
                 path, next_token = verify_tree(p, proposal.q, proposal.tokens, tree, u_accept, u_final)
         self.cache.compact(step.start, torch.tensor([0] + path))                   # newest + accepted path
         accepted = [proposal.tokens[i - 1] for i in path]
-        self.cached_tokens.extend([int(step.tokens[0, 0])] + accepted)
+        self.cached_tokens.extend([step.newest] + accepted)
         if self._observe is not None:
             self._observe(hidden[0, [0] + path])                                   # [1+len(path), D]
         return accepted, next_token

@@ -52,14 +52,26 @@ class Dense:
 
     def __init__(self, cache, slots: torch.Tensor, mask: torch.Tensor):
         self.cache, self.slots, self.mask = cache, slots, mask      # slots [R] int64; mask [1, 1, R, C] bool
+        self.rotary = self.bias = None
+
+    def prepare(self, cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype, groups: int) -> None:
+        """What every layer shares, made once per pass: the rotary factors from cos, sin [1, R, d/2] (as
+        `Attention` makes them: [1, 1, R, d] each), and the mask as an additive bias over the rows of `groups`
+        query heads per key head, [1, 1, groups * R, C] (row g * R + r: query head g of row r)."""
+        self.rotary = (torch.cat((cos, cos), -1)[:, None].to(dtype), torch.cat((-sin, sin), -1)[:, None].to(dtype))
+        bias = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
+        self.bias = bias.masked_fill_(~self.mask, float("-inf")).repeat(1, 1, groups, 1)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
-        """q [1, H, R, d], k, v [1, kv_heads, R, d] (after RoPE) -> [1, R, H * d]."""
+        """q [1, H, R, d], k, v [1, kv_heads, R, d] (after RoPE) -> [1, R, H * d]. The query heads that share a key
+        head attend as rows of one head: no copy of the keys per query head."""
         kc, vc = self.cache.layers[layer]                            # [1, kv_heads, C, d]
         kc.index_copy_(2, self.slots, k)
         vc.index_copy_(2, self.slots, v)
-        y = F.scaled_dot_product_attention(q, kc, vc, attn_mask=self.mask, enable_gqa=True)   # [1, H, R, d]
-        return y.transpose(1, 2).reshape(q.shape[0], q.shape[2], -1)
+        b, h, r, d = q.shape
+        q = q.reshape(b, kc.shape[1], h // kc.shape[1] * r, d)      # [1, kv_heads, G * R, d]
+        y = F.scaled_dot_product_attention(q, kc, vc, attn_mask=self.bias)          # [1, kv_heads, G * R, d]
+        return y.view(b, h, r, d).transpose(1, 2).reshape(b, r, h * d)
 
 
 class _Pass:

@@ -94,7 +94,10 @@ class Attention(nn.Module):
         qkv = qkv.view(b, t, self.h + 2 * self.hkv, self.d).transpose(1, 2)             # [batch, heads, n, d]
         qk, v = qkv.split((self.h + self.hkv, self.hkv), dim=1)
         # rotate-half RoPE on q and k at once: rotate_half(x) * sin == roll(x, d/2) * sin_signed
-        cos, sin = torch.cat((cos, cos), -1)[:, None].to(x.dtype), torch.cat((-sin, sin), -1)[:, None].to(x.dtype)
+        if isinstance(rows, graphs.Dense):                      # made once per pass, not per layer
+            cos, sin = rows.rotary
+        else:
+            cos, sin = torch.cat((cos, cos), -1)[:, None].to(x.dtype), torch.cat((-sin, sin), -1)[:, None].to(x.dtype)
         qk = qk * cos + qk.roll(self.d // 2, dims=-1) * sin      # cos, sin: [batch, 1, n, d]
         q, k = qk.split((self.h, self.hkv), dim=1)
         if rows is None:                                        # training: attend within the block only
@@ -256,6 +259,7 @@ class Llama(nn.Module):
     def run_dense(self, x: torch.Tensor, positions: torch.Tensor, rows: graphs.Dense) -> torch.Tensor:
         """`_run` for a fixed-shape pass (`graphs`): x [1, R, D] -> [1, R, D], with no host synchronisation."""
         rope = tuple(t[positions] for t in self._rope)          # cos, sin [1, R, d/2]: the table is whole already
+        rows.prepare(*rope, x.dtype, self.cfg.num_heads // self.cfg.num_kv_heads)
         for i, block in enumerate(self.layers):
             x = block(x, rope, rows, i)
         return self.norm(x)

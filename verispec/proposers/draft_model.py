@@ -11,7 +11,7 @@ import copy
 import torch
 
 from ..model.llama import Llama
-from ..sampling import SamplingConfig, probs, sample
+from ..sampling import SamplingConfig, probs, sample, top_tokens
 from .base import Proposal, Proposer, widen
 
 
@@ -70,35 +70,42 @@ def propose_together(jobs: list[tuple[DraftModelProposer, list[int], int, Sampli
     """Draft for several sequences that share one draft model: step j feeds every sequence still drafting in one
     packed pass (`Llama.forward_packed`), and each samples from its own q with its own generator. Each sequence's
     draws come in the same order as when it drafts alone, and packed rows equal lone ones (CPU bf16), so its
-    proposal is exactly the one it would make alone. jobs: (proposer, context, k, sampling, generator)."""
+    proposal is exactly the one it would make alone. jobs: (proposer, context, k, sampling, generator).
+
+    Drafted tokens stay on the device, each fed to the next step from there, and are read back once at the end (on
+    a GPU every read-back waits for the work queued before it)."""
     model = jobs[0][0].model
     device = model.device
     head_ids = model.head_ids if model.cfg.head_tokens else None
-    feeds = [prop._sync(context) for prop, context, *_ in jobs]
-    tokens, qs = [[] for _ in jobs], [[] for _ in jobs]
-    for _ in range(max(k for _, _, k, _, _ in jobs)):
-        active = [i for i, (_, _, k, _, _) in enumerate(jobs) if len(tokens[i]) < k]
+    feeds = [prop._sync(context) for prop, context, *_ in jobs]                  # host token lists
+    inputs = [torch.tensor([feed], device=device) for feed in feeds]             # [1, n] each
+    drawn, qs = [[] for _ in jobs], [[] for _ in jobs]                           # per job: [1] tokens, [head] q
+    for step in range(max(k for _, _, k, _, _ in jobs)):
+        active = [i for i, (_, _, k, _, _) in enumerate(jobs) if step < k]
         segments = []
         for i in active:
-            cache, feed = jobs[i][0].cache, feeds[i]
-            segments.append((torch.tensor([feed], device=device),                                   # [1, n]
-                             torch.arange(cache.length, cache.length + len(feed), device=device)[None],
+            cache, n = jobs[i][0].cache, inputs[i].shape[1]
+            segments.append((inputs[i], torch.arange(cache.length, cache.length + n, device=device)[None],
                              cache, None))
         hidden = model.forward_packed(segments)                                   # per sequence [1, n, D]
         last = torch.stack([h[0, -1] for h in hidden])[None]                      # [1, active, D]
         logits = model.logits(last, full=False)[0]                                # [active, head], row-invariant
         for i, row_logits in zip(active, logits):
-            prop, _, _, sampling, generator = jobs[i]
-            prop.seen.extend(feeds[i])
+            _, _, _, sampling, generator = jobs[i]
             q = probs(row_logits, sampling)                                       # [head] (= [vocab] if full)
-            row = int(sample(q, torch.rand((), generator=generator).to(device)))
-            tokens[i].append(row if head_ids is None else int(head_ids[row]))
+            row = top_tokens(row_logits) if sampling.greedy \
+                else sample(q, torch.rand((), generator=generator).to(device))
+            token = row if head_ids is None else head_ids[row]
+            drawn[i].append(token.view(1))
             qs[i].append(q)
-            feeds[i] = [tokens[i][-1]]
+            inputs[i] = token.view(1, 1)
+    flat = torch.cat([t for d in drawn for t in d]).tolist() if any(drawn) else []   # one read-back
     out = []
-    for toks, q_rows in zip(tokens, qs):
+    for (prop, *_), feed, d, q_rows in zip(jobs, feeds, drawn, qs):
+        toks, flat = flat[:len(d)], flat[len(d):]
         if not q_rows:
             out.append(Proposal([]))
             continue
+        prop.seen.extend(feed + toks[:-1])                                        # what its cache now holds
         out.append(Proposal(toks, widen(torch.stack(q_rows), head_ids, model.cfg.vocab_size)))   # [k, vocab]
     return out

@@ -28,7 +28,7 @@ import copy
 import torch
 
 from ..model.eagle import EagleHead
-from ..sampling import SamplingConfig, probs, sample
+from ..sampling import SamplingConfig, probs, sample, top_tokens
 from ..tree import TokenTree, build_tree, tree_from_acceptance
 from .base import Proposal, Proposer, widen
 from .ngram import lookup_first
@@ -47,6 +47,7 @@ class EagleProposer(Proposer):
         if mode == "static" and tree is None:
             raise ValueError("a static EAGLE tree needs its tree")
         self.head, self.mode = head, mode
+        self.ids = head.head_ids.tolist()                    # the head's tokens, on the host (no device reads)
         self.tree = tree if mode == "static" else None       # the engine's static tree (None: chain or dynamic)
         self.makes_trees = mode != "chain"
         if graft and mode == "chain":
@@ -112,15 +113,17 @@ class EagleProposer(Proposer):
 
     def _chain(self, f: torch.Tensor, n: int, k: int, sampling: SamplingConfig, generator) -> Proposal:
         head, device = self.head, self.head.out.device
-        tokens, qs = [], []
-        for i in range(k):
-            q = probs(head.logits(f[0, -1]), sampling)                            # [H]
-            row = int(sample(q, torch.rand((), generator=generator).to(device)))
-            tokens.append(int(head.head_ids[row]))
+        rows, qs = [], []
+        for i in range(k):              # drafted tokens stay on the device until the chain is complete
+            logits = head.logits(f[0, -1])                                        # [H]
+            q = probs(logits, sampling)                                           # [H]
+            rows.append(top_tokens(logits) if sampling.greedy
+                        else sample(q, torch.rand((), generator=generator).to(device)))
             qs.append(q)
             if i + 1 < k:                                                         # f^ of the token just drafted
-                f = head(f, torch.tensor([[tokens[-1]]], device=device), torch.tensor([[n - 1 + i]], device=device),
+                f = head(f, head.head_ids[rows[-1]].view(1, 1), torch.full((1, 1), n - 1 + i, device=device),
                          self.cache)
+        tokens = [self.ids[r] for r in torch.stack(rows).tolist()]                # one read-back
         return Proposal(tokens, widen(torch.stack(qs), head.head_ids, head.embed.shape[0]))   # [k, vocab]
 
     def _tree(self, root: torch.Tensor, n: int, k: int) -> Proposal:
@@ -136,16 +139,21 @@ class EagleProposer(Proposer):
         token, parent, path, score = [], [], [], []
         pred_of, slot_of = {-1: root[0, 0]}, {}                                   # node -> its f^ / cache slot
 
-        def add_children(p: int, logits: torch.Tensor):
-            base = path[p] if p >= 0 else ()
-            top = logits.float().log_softmax(-1).topk(children[base] if static else self.expand)
-            for r, (lp, i) in enumerate(zip(top.values.tolist(), top.indices.tolist())):
-                token.append(int(head.head_ids[i]))
-                parent.append(p)
-                path.append(base + (r,))
-                score.append((score[p] if p >= 0 else 0.0) + lp)
+        def add_children(parents: list[int], logits: torch.Tensor):
+            """Each parent's top choices from its row of logits [m, H], read back at once."""
+            bases = [path[p] if p >= 0 else () for p in parents]
+            widths = [children[base] if static else self.expand for base in bases]
+            w = max(widths)
+            top = logits.float().log_softmax(-1).topk(w)                          # [m, w]
+            rows = torch.cat([top.values, top.indices.float()], -1).tolist()     # (ids < 2^24: exact as floats)
+            for p, base, width, row in zip(parents, bases, widths, rows):
+                for r in range(width):
+                    token.append(self.ids[int(row[w + r])])
+                    parent.append(p)
+                    path.append(base + (r,))
+                    score.append((score[p] if p >= 0 else 0.0) + row[r])
 
-        add_children(-1, head.logits(root[0, 0]))
+        add_children([-1], head.logits(root[0, 0])[None])
         for d in range(1, depth):
             frontier = [i for i in range(len(token)) if len(path[i]) == d]
             if static:   # expand exactly the tree's nodes that have children
@@ -168,10 +176,9 @@ class EagleProposer(Proposer):
             toks = torch.tensor([[token[i] for i in frontier]], device=device)     # [1, m]
             positions = torch.full((1, len(frontier)), n - 2 + d, device=device)   # [1, m]
             pred = head(feats, toks, positions, self.cache, ancestry[None].to(device))[0]   # [m, D]
-            logits = head.logits(pred)                                             # [m, H]
             for row, i in enumerate(frontier):
                 pred_of[i] = pred[row]
-                add_children(i, logits[row])
+            add_children(frontier, head.logits(pred))                              # logits [m, H]
         if static:
             wanted = set(static.choices)
             keep = [i for i in range(len(token)) if path[i] in wanted]

@@ -65,7 +65,8 @@ class MedusaProposer(Proposer):
     def _tree(self, k: int) -> Proposal:
         tree = self.tree.cut(k)
         logits = self.heads(self.hidden)                                           # [K, H]
-        ranked = [self.heads.head_ids[logits[d].topk(w).indices].tolist()          # per depth: [w] token ids
-                  for d, w in enumerate(self.widths[:tree.depth])]
+        widths = self.widths[:tree.depth]
+        top = self.heads.head_ids[logits[:tree.depth].topk(max(widths)).indices].tolist()   # one read-back
+        ranked = [row[:w] for row, w in zip(top, widths)]                          # per depth: [w] token ids
         tokens = [ranked[len(c) - 1][c[-1]] for c in tree.choices]                # breadth-first, node 1..n
         return Proposal(tokens, None, tree)
