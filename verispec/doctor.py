@@ -121,6 +121,11 @@ def cmd_doctor(args) -> int:
         print(f"  {'ok  ' if held else 'FAIL'} {what}")
     if device.type == "cpu":
         print(fingerprint_line(target))
+    else:
+        print("CUDA: passes of up to 16 rows (decode steps, chains up to k = 15, trees up to 15 nodes) replay graphs "
+              "of one shape (model/graphs.py): plain decoding and chains share the kernels; tree rows attend to "
+              "ancestors at other cache slots, so trees are exact in distribution only (scripts/cuda_check.py "
+              "measures greedy agreement)")
     if all(held for _, held in results):
         print("guarantee: bitwise. Greedy speculative output equals plain decoding's, and a request's output does "
               "not depend on its batch, on this machine, torch and dtype.")

@@ -113,7 +113,8 @@ def verify_tree(p: torch.Tensor, q: torch.Tensor | None, node_tokens: list[int],
         r = p[node]
         for child in children:
             x = node_tokens[child - 1]
-            qn = q[node] if q is not None else torch.zeros_like(r).index_fill_(0, torch.tensor([x]), 1.0)
+            qn = q[node] if q is not None else \
+                torch.zeros_like(r).index_fill_(0, torch.tensor([x], device=r.device), 1.0)
             if float(u_accept[child]) < float(r[x]) / float(qn[x]):
                 path.append(child)
                 node = child

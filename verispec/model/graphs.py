@@ -71,7 +71,7 @@ class Dense:
         b, h, r, d = q.shape
         q = q.reshape(b, kc.shape[1], h // kc.shape[1] * r, d)      # [1, kv_heads, G * R, d]
         y = F.scaled_dot_product_attention(q, kc, vc, attn_mask=self.bias)          # [1, kv_heads, G * R, d]
-        return y.view(b, h, r, d).transpose(1, 2).reshape(b, r, h * d)
+        return y.reshape(b, h, r, d).transpose(1, 2).reshape(b, r, h * d)
 
 
 class _Pass:
