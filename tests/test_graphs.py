@@ -1,5 +1,7 @@
 """Fixed-shape passes (`model.graphs`), the form CUDA graphs capture, run here without capture: padded rows, a
 mask over the whole cache and writes to explicit slots must give each real row what the eager pass gives it."""
+import gc
+
 import torch
 
 from verispec.model import graphs
@@ -75,9 +77,44 @@ def test_a_mask_leak_is_caught():
     prompt = list(range(10, 30))
     tokens, positions = torch.tensor([[7, 8]]), torch.tensor([[20, 21]])
     want = model(tokens, positions, prefilled(model, prompt))
-    step = graphs._Pass(model, prefilled(model, prompt), 16, False, False, None)
+    cache = prefilled(model, prompt)
+    step = graphs._Pass(model, cache, 16, False, False, None)
     step.load(tokens, None, positions, None, 20)
     step.mask[0, 0, 0, 25] = True                                                  # row 0 sees padded row 5
-    step.cache.k[:, :, :, 25].normal_()
+    cache.k[:, :, :, 25].normal_()
     got = step.run()[:, :2]
     assert not torch.allclose(got[0, 0], want[0, 0], atol=1e-3)
+
+
+@torch.inference_mode()
+def test_a_pass_goes_with_its_cache():
+    """The runner keeps a cache's passes (graphs, static buffers) only while the cache lives: a server making a
+    cache per request must not accumulate them."""
+    model = tiny(3)
+    runner = graphs.GraphRunner(model, capture=False)
+    cache = prefilled(model, list(range(10, 30)))
+    runner(torch.tensor([[5]]), torch.tensor([[20]]), cache, None, None)
+    assert len(runner.passes) == 1
+    del cache
+    gc.collect()
+    assert len(runner.passes) == 0
+
+
+@torch.inference_mode()
+def test_a_packed_pass_is_each_sequence_alone():
+    """Where passes are fixed-shape (CUDA), a packed pass runs each sequence's own pass: the serving batch and
+    batched drafting give each sequence what it gets alone, bit for bit."""
+    model = tiny(4)
+    a, b = list(range(10, 30)), list(range(40, 47))
+    graphs._everywhere[0] = True
+    try:
+        ca, cb = prefilled(model, a), prefilled(model, b)
+        alone = [model(torch.tensor([[3, 4]]), torch.tensor([[20, 21]]), ca),
+                 model(torch.tensor([[9]]), torch.tensor([[7]]), cb)]
+        ca.truncate(20)
+        cb.truncate(7)
+        packed = model.forward_packed([(torch.tensor([[3, 4]]), torch.tensor([[20, 21]]), ca, None),
+                                       (torch.tensor([[9]]), torch.tensor([[7]]), cb, None)])
+    finally:
+        graphs._everywhere[0] = False
+    assert all(torch.equal(p, q) for p, q in zip(packed, alone))

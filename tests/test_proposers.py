@@ -158,3 +158,16 @@ def test_draft_tree_nodes_are_the_drafts_ranked_choices_along_each_path(tiny_dir
     short = prop.propose([5, 17, 42], 2, SamplingConfig(1.0), g)                 # the length budget cuts depth
     assert short.tree.depth == 2 and short.tree.size == 3 + 6
     assert isinstance(prop, Proposer)
+
+
+def test_top_choices_is_each_rows_own_topk():
+    """One read-back for rows of different widths gives each row exactly its own topk (scores and indices)."""
+    from verispec.proposers.base import top_choices
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(6, 40, generator=g)
+    scores[2, 5] = scores[2, 9] = scores[2].max() + 1                 # an exact tie at the top
+    widths = [3, 1, 3, 2, 1, 4]
+    got = top_choices(scores, widths)
+    for r, w in enumerate(widths):
+        top = scores[r:r + 1].topk(w)
+        assert got[r] == list(zip(top.values[0].tolist(), top.indices[0].tolist()))

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 BUCKETS = (16, 32, 64, 128)     # rows per pass; more rows (a long prefill) run eagerly
 ROOM = BUCKETS[-1]              # slots a cache keeps past its last token for padded rows
 ROUND = 512                     # cache capacities are rounded up to this (fewer distinct graphs)
+TABLE = 1 << 16                 # RoPE positions tabled at least (16 MB for the default model)
 
 
 _everywhere = [False]           # tests: fixed-shape passes on the CPU too, uncaptured
@@ -50,8 +51,9 @@ class Dense:
     slots where mask[r] is True (PyTorch's attention over the whole cache)."""
     kernels = False                                                  # never verispec's CPU kernels
 
-    def __init__(self, cache, slots: torch.Tensor, mask: torch.Tensor):
-        self.cache, self.slots, self.mask = cache, slots, mask      # slots [R] int64; mask [1, 1, R, C] bool
+    def __init__(self, layers: list, slots: torch.Tensor, mask: torch.Tensor):
+        self.layers, self.slots, self.mask = layers, slots, mask    # a cache's (k, v) per layer (`KVCache.layers`);
+                                                                    # slots [R] int64; mask [1, 1, R, C] bool
         self.rotary = self.bias = None
 
     def prepare(self, cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype, groups: int) -> None:
@@ -65,7 +67,7 @@ class Dense:
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:
         """q [1, H, R, d], k, v [1, kv_heads, R, d] (after RoPE) -> [1, R, H * d]. The query heads that share a key
         head attend as rows of one head: no copy of the keys per query head."""
-        kc, vc = self.cache.layers[layer]                            # [1, kv_heads, C, d]
+        kc, vc = self.layers[layer]                                  # [1, kv_heads, C, d]
         kc.index_copy_(2, self.slots, k)
         vc.index_copy_(2, self.slots, v)
         b, h, r, d = q.shape
@@ -80,7 +82,8 @@ class _Pass:
 
     def __init__(self, model, cache, rows: int, embeds: bool, capture: bool, pool):
         dev, c = model.device, cache.capacity
-        self.model, self.cache, self.rows = model, cache, rows
+        # the cache's tensors, not the cache: GraphRunner's table forgets a pass when its cache is gone
+        self.model, self.layers, self.rows = model, cache.layers, rows     # model: a weak proxy (GraphRunner)
         self.tokens = torch.zeros(1, rows, dtype=torch.long, device=dev)                       # [1, R]
         self.embeds = torch.zeros(1, rows, model.cfg.hidden_size, dtype=model.dtype, device=dev) if embeds else None
         self.positions = torch.zeros(1, rows, dtype=torch.long, device=dev)                    # [1, R]
@@ -93,7 +96,7 @@ class _Pass:
 
     def _body(self) -> torch.Tensor:
         x = self.model.embed(self.tokens) if self.embeds is None else self.embeds             # [1, R, D]
-        return self.model.run_dense(x, self.positions, Dense(self.cache, self.slots, self.mask))
+        return self.model.run_dense(x, self.positions, Dense(self.layers, self.slots, self.mask))
 
     def load(self, tokens, embeds, positions, mask, start: int) -> None:
         """Fill the static inputs for n real rows starting at cache slot `start`; mask [n, start + n] or None."""
@@ -135,19 +138,25 @@ class GraphRunner:
     """A model's fixed-shape passes, one per (cache, row bucket, input kind), captured on first use."""
 
     def __init__(self, model, capture: bool | None = None):
-        self.model = model
+        self.model = weakref.proxy(model)       # the model holds its runner: no cycle keeping GPU memory alive
         self.capture = model.device.type == "cuda" if capture is None else capture
         self.pool = torch.cuda.graph_pool_handle() if self.capture else None
         self.passes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # cache -> {(R, embeds): _Pass}
-        model.rope(torch.tensor([[model.cfg.max_position - 1]]))   # the whole RoPE table now: no growth later
+        # the RoPE table for every position a pass may use, now (graphs read it where it is; a draft may be asked
+        # for positions past its own context, so past max_position too)
+        model.rope(torch.tensor([[max(model.cfg.max_position, TABLE) - 1]]))
+        self.table = model._rope[0]
 
     def __call__(self, tokens, positions, cache, mask, embeds) -> torch.Tensor | None:
         """`Llama.forward` for batch 1 as a fixed-shape pass -> hidden [1, n, D]; None where it does not fit (too
         many rows, no room in the cache): the caller runs it eagerly."""
         n, start = positions.shape[1], cache.length
         rows = bucket(n)
-        if rows is None or start + rows > cache.capacity or cache.k.shape[1] != 1:
+        if rows is None or start + rows > cache.capacity or cache.k.shape[1] != 1 or start + n > len(self.table):
             return None
+        if self.model._rope[0] is not self.table:        # an eager pass grew the table: the graphs read the old one
+            self.passes.clear()
+            self.table = self.model._rope[0]
         table = self.passes.setdefault(cache, {})
         key = (rows, embeds is not None)
         if key not in table:

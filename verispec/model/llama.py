@@ -163,6 +163,10 @@ class Llama(nn.Module):
         self._rope = (torch.zeros(0, cfg.head_dim // 2, device="cpu"),) * 2         # cos, sin [positions, d/2]
         self._graphs = None                                     # graphs.GraphRunner, made on first use on CUDA
 
+    def _apply(self, *args, **kwargs):
+        self._graphs = None                     # graphs read the weights where they were: moved or cast, recapture
+        return super()._apply(*args, **kwargs)
+
     @property
     def device(self) -> torch.device:
         return self.embed.weight.device
@@ -204,7 +208,7 @@ class Llama(nn.Module):
         row's hidden state is bit for bit that of decoding its token alone, on the kernels' machines.
         """
         b, t = positions.shape
-        if cache is not None and b == 1 and graphs.enabled(self.device):     # replay a fixed-shape pass
+        if cache is not None and b == 1 and graphs.enabled(self.device) and not torch.is_grad_enabled():
             if self._graphs is None:
                 self._graphs = graphs.GraphRunner(self)
             hidden = self._graphs(tokens, positions, cache, mask, embeds)
@@ -227,8 +231,9 @@ class Llama(nn.Module):
         Every row's result is the one `forward` gives for its sequence alone, bit for bit where the reductions
         are row-invariant (`ops.invariant`): a sequence's output never depends on which others share its batch.
         """
-        if len(segments) == 1 and graphs.enabled(self.device):                # one sequence: its graphed pass
-            return [self.forward(*segments[0])]
+        if graphs.enabled(self.device):   # each sequence's own graphed pass, one after another: on a GPU several
+            return [self.forward(*seg) for seg in segments]    # replays cost less than one eager pass, and each
+                                                               # sequence's rows are its lone pass's by construction
         sizes = [tok.shape[1] for tok, *_ in segments]
         rows = ops.Rows.plan([(c, 0, n, m) for n, (_, _, c, m) in zip(sizes, segments)])
         tokens = torch.cat([tok for tok, *_ in segments], 1)                          # [1, sum n_i]

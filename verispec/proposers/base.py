@@ -83,3 +83,23 @@ def widen(q: torch.Tensor, head_ids: torch.Tensor | None, vocab: int) -> torch.T
     if head_ids is None:
         return q
     return q.new_zeros(len(q), vocab).index_copy_(1, head_ids, q)
+
+
+def top_choices(scores: torch.Tensor, widths: list[int]) -> list[list[tuple[float, int]]]:
+    """Each row's `widths[r]` best (score, index) pairs, best first: scores [m, H] -> m lists. Rows of one width
+    share one `topk` call (a narrower `topk` of a wider one could order exact ties differently), and everything
+    comes back to the host in one read (on a GPU each read waits for the work queued before it)."""
+    groups: dict[int, list[int]] = {}
+    for r, w in enumerate(widths):
+        groups.setdefault(w, []).append(r)
+    parts = []
+    for w, rows in groups.items():
+        top = scores[rows].topk(w)                                             # [len(rows), w]
+        parts.append(torch.cat([top.values.float(), top.indices.float()], -1).flatten())   # ids < 2^24: exact
+    flat = torch.cat(parts).tolist() if parts else []
+    out: list = [None] * len(widths)
+    for w, rows in groups.items():
+        for r in rows:
+            out[r] = [(flat[j], int(flat[j + w])) for j in range(w)]
+            flat = flat[2 * w:]
+    return out

@@ -30,7 +30,7 @@ import torch
 from ..model.eagle import EagleHead
 from ..sampling import SamplingConfig, probs, sample, top_tokens
 from ..tree import TokenTree, build_tree, tree_from_acceptance
-from .base import Proposal, Proposer, widen
+from .base import Proposal, Proposer, top_choices, widen
 from .ngram import lookup_first
 
 
@@ -143,15 +143,13 @@ class EagleProposer(Proposer):
             """Each parent's top choices from its row of logits [m, H], read back at once."""
             bases = [path[p] if p >= 0 else () for p in parents]
             widths = [children[base] if static else self.expand for base in bases]
-            w = max(widths)
-            top = logits.float().log_softmax(-1).topk(w)                          # [m, w]
-            rows = torch.cat([top.values, top.indices.float()], -1).tolist()     # (ids < 2^24: exact as floats)
-            for p, base, width, row in zip(parents, bases, widths, rows):
-                for r in range(width):
-                    token.append(self.ids[int(row[w + r])])
+            rows = top_choices(logits.float().log_softmax(-1), widths)
+            for p, base, row in zip(parents, bases, rows):
+                for r, (lp, i) in enumerate(row):
+                    token.append(self.ids[i])
                     parent.append(p)
                     path.append(base + (r,))
-                    score.append((score[p] if p >= 0 else 0.0) + row[r])
+                    score.append((score[p] if p >= 0 else 0.0) + lp)
 
         add_children([-1], head.logits(root[0, 0])[None])
         for d in range(1, depth):

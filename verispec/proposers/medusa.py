@@ -17,7 +17,7 @@ import torch
 from ..model.medusa import MedusaHeads
 from ..sampling import SamplingConfig
 from ..tree import TokenTree, expected_accepted, tree_from_acceptance
-from .base import Proposal, Proposer
+from .base import Proposal, Proposer, top_choices
 from .ngram import lookup_first
 
 TREE_SIZES = (4, 8, 16, 32, 64)
@@ -47,6 +47,7 @@ class MedusaProposer(Proposer):
         self.widths = tree.widths
         self.graft, self.max_nodes = graft, tree.size + graft     # graft: the longest n-gram path merged in
         self.hidden: torch.Tensor | None = None          # [D] the state the newest token was drawn from
+        self._ids: list[int] | None = None               # the heads' tokens on the host, read once
 
     def prepare(self, capacity: int) -> None:
         self.hidden = None
@@ -65,8 +66,8 @@ class MedusaProposer(Proposer):
     def _tree(self, k: int) -> Proposal:
         tree = self.tree.cut(k)
         logits = self.heads(self.hidden)                                           # [K, H]
-        widths = self.widths[:tree.depth]
-        top = self.heads.head_ids[logits[:tree.depth].topk(max(widths)).indices].tolist()   # one read-back
-        ranked = [row[:w] for row, w in zip(top, widths)]                          # per depth: [w] token ids
+        ids = self.heads.head_ids.tolist() if self._ids is None else self._ids
+        self._ids = ids
+        ranked = [[ids[i] for _, i in row] for row in top_choices(logits[:tree.depth], self.widths[:tree.depth])]
         tokens = [ranked[len(c) - 1][c[-1]] for c in tree.choices]                # breadth-first, node 1..n
         return Proposal(tokens, None, tree)

@@ -65,7 +65,7 @@ def unrolled(head: EagleHead, f_in, x, positions, steps: int) -> list[torch.Tens
     for s in range(steps):
         cache = head.decoder.new_cache((s + 1) * n, batch=b)
         if prev is not None:
-            cache.k[:, :, :, :s * n], cache.v[:, :, :, :s * n] = prev.k, prev.v
+            cache.k[:, :, :, :s * n], cache.v[:, :, :, :s * n] = prev.k[:, :, :, :s * n], prev.v[:, :, :, :s * n]
             cache.advance(s * n)
         tokens = F.pad(x[:, s:], (0, s))                                          # x_{j+s+1} at row j
         feats = head(feats, tokens, positions + s, cache, unroll_mask(n, s))     # [B, L, D] f^_{j+s+1}
