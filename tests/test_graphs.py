@@ -118,3 +118,21 @@ def test_a_packed_pass_is_each_sequence_alone():
     finally:
         graphs._everywhere[0] = False
     assert all(torch.equal(p, q) for p, q in zip(packed, alone))
+
+
+def test_graphs_stay_off_for_training_and_go_with_a_move():
+    """A pass with gradients on (training) runs eagerly; moving or casting the model drops its captured passes
+    (they read the weights where they were)."""
+    model = tiny(5)
+    graphs._everywhere[0] = True
+    try:
+        with torch.enable_grad():
+            model(torch.tensor([[1, 2, 3]]), torch.arange(3)[None], model.new_cache(256))
+        assert model._graphs is None
+        with torch.inference_mode():
+            model(torch.tensor([[1, 2, 3]]), torch.arange(3)[None], model.new_cache(256))
+        assert model._graphs is not None
+        model.float()
+        assert model._graphs is None
+    finally:
+        graphs._everywhere[0] = False
