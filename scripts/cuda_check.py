@@ -10,7 +10,17 @@
 4. host-device synchronisations per cycle (`torch.cuda.set_sync_debug_mode`);
 5. speed at T = 0: plain eager and graphed (bf16, fp32), every method's speedup over graphed plain (per prompt,
    side by side, median), and the verify cost T(1 + n)/T(1) of chains and trees.
-Writes cuda_check.json to --out and prints a summary table last. `--device cpu` is a dry run (no graphs).
+6. continuous batching (the server's `Batch`) at concurrency 1, 4 and 8: total tok/s.
+Writes cuda_check.json to --out and prints a summary table last. `--device cpu` is a dry run: the same
+fixed-shape passes, uncaptured.
+
+Getting there (session 33): the GPU machine reaches nothing outside and each call carries at most 64 MiB, while
+the tracked tree is ~86 MB. Untrack the shipped weights for the calls (`git rm -r -q --cached verispec/drafts
+bench/results`, both added to .git/info/exclude; `git reset` afterwards), split the default GGUF into two parts
+under an ignored `.dev/`, and send them, then the EAGLE and Medusa folders, then the draft folder, in three calls
+to one warm machine (each call copies its part to /root/pay; the next must come within its 30 s), carrying the
+`gguf` wheel too; the last call joins the GGUF into $VERISPEC_HOME/downloads and runs this script with
+VERISPEC_KERNELS=0.
 """
 from __future__ import annotations
 
@@ -215,6 +225,20 @@ def syncs_per_cycle(target: Target, prompt: str):
     return out
 
 
+def serve_batch(target: Target, prompts, max_new):
+    """Continuous batching (`verispec.serve`'s `Batch`) at several concurrencies: total tok/s over the prompts,
+    prefills and each new sequence's graph captures included (a request's cache is new, so are its graphs)."""
+    from verispec.serve.commands import decode_batch
+    ids = [target.tokenizer.prompt_ids(p.prompt) for p in prompts]
+    cfg = GenerationConfig(max_new_tokens=max_new, k=4, stop_token_ids=target.tokenizer.stop_token_ids)
+    out = {}
+    for method in ("plain", "ngram", "draft"):
+        for c in (1, 4, 8):
+            seconds, seqs = decode_batch(target, method, ids, cfg, c)
+            out[f"{method} x{c}"] = round(sum(len(s.out) for s in seqs) / seconds, 1)
+    return out
+
+
 def exactness_on(dev):
     import test_exactness as t
     results = {}
@@ -274,6 +298,7 @@ def main():
         long = [p for ps in cats.values() for p in ps[:args.long_limit]]
         part(report, "methods_bf16_long", lambda: methods(target, long, 128, 1, only=MAIN))
     part(report, "syncs_per_cycle", lambda: syncs_per_cycle(target, prompts[0].prompt))
+    part(report, "serve_batch_tok_s", lambda: serve_batch(target, prompts, args.max_new_tokens))
     part(report, "verify_cost_graphed_bf16", lambda: verify_cost(target, True))
     part(report, "verify_cost_eager_bf16", lambda: verify_cost(target, False))
     if args.fp32:
