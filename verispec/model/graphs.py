@@ -1,7 +1,8 @@
 """Fixed-shape passes, captured as CUDA graphs: a decode step, a chain and a token tree all replay one graph.
 
-On a GPU a small model's pass is launch-bound: the default 135M model's 30 layers are about 900 small kernels, and
-launching them one by one from Python cost 20-45 ms a token on an H200 whatever the number of rows (session 33). A graph launches them
+On a GPU a small model's pass is launch-bound: the default 135M model's 30 layers are about 900 small kernels,
+and launching them one by one from Python cost 20-45 ms a token on an H200 whatever the number of rows (session
+33). A graph launches them
 all at once, but only for fixed shapes and fixed memory. So a pass of n rows is padded to a row bucket R (`BUCKETS`),
 and attention runs over every slot of the cache (its capacity C) under a mask [R, C] filled before each replay: a
 pass then has the same shapes at every cache length, and one graph per (cache, R) serves a whole generation.
