@@ -111,10 +111,7 @@ def pass_agreement(target: Target):
     got = model.logits(model(tokens, positions, cache, mask))[0]
     diffs, agree = [], []
     for node in range(1 + tree.size):
-        path = [node]
-        while tree.parents[path[-1]] >= 0:
-            path.append(tree.parents[path[-1]])
-        path = path[::-1]
+        path = tree.ancestry[node].nonzero().flatten().tolist()                   # root .. node
         c = primed()
         alone = model.logits(model(tokens[:, path], torch.arange(300, 300 + len(path), device=dev)[None], c))[0, -1]
         diffs.append(float((got[node] - alone).abs().max()))

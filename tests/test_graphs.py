@@ -62,10 +62,7 @@ def test_tree_pass_matches_each_path_alone():
     runner = graphs.GraphRunner(model, capture=False)
     got = runner(tokens, positions, prefilled(model, prompt), mask, None)[0]     # [1+n, D]
     for node in range(1 + tree.size):
-        path = [node]
-        while tree.parents[path[-1]] >= 0:
-            path.append(tree.parents[path[-1]])
-        path = path[::-1]                                                          # root .. node
+        path = tree.ancestry[node].nonzero().flatten().tolist()                   # root .. node
         alone = model(tokens[:, path], torch.arange(start, start + len(path))[None], prefilled(model, prompt))
         torch.testing.assert_close(got[node], alone[0, -1], atol=1e-4, rtol=1e-4)
 

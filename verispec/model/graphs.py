@@ -57,12 +57,12 @@ class Dense:
                                                                     # slots [R] int64; mask [1, 1, R, C] bool
         self.rotary = self.bias = None
 
-    def prepare(self, cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype, groups: int) -> None:
-        """What every layer shares, made once per pass: the rotary factors from cos, sin [1, R, d/2] (as
-        `Attention` makes them: [1, 1, R, d] each), and the mask as an additive bias over the rows of `groups`
-        query heads per key head, [1, 1, groups * R, C] (row g * R + r: query head g of row r)."""
-        self.rotary = (torch.cat((cos, cos), -1)[:, None].to(dtype), torch.cat((-sin, sin), -1)[:, None].to(dtype))
-        bias = torch.zeros(self.mask.shape, dtype=dtype, device=self.mask.device)
+    def prepare(self, rotary: tuple[torch.Tensor, torch.Tensor], groups: int) -> None:
+        """What every layer shares, made once per pass: the rotary factors (`llama.rotary`: [1, 1, R, d] each), and
+        the mask as an additive bias over the rows of `groups` query heads per key head, [1, 1, groups * R, C]
+        (row g * R + r: query head g of row r)."""
+        self.rotary = rotary
+        bias = torch.zeros(self.mask.shape, dtype=rotary[0].dtype, device=self.mask.device)
         self.bias = bias.masked_fill_(~self.mask, float("-inf")).repeat(1, 1, groups, 1)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Tensor:

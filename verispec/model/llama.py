@@ -77,6 +77,12 @@ class LlamaConfig:
         return json.dumps(self.to_hf(), indent=2)
 
 
+def rotary(cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [batch, n, d/2] -> the rotate-half RoPE factors [batch, 1, n, d] in `dtype`: q * cos + roll(q, d/2) *
+    sin rotates q (rotate_half(q) * sin == roll(q, d/2) * sin with sin's first half negated)."""
+    return torch.cat((cos, cos), -1)[:, None].to(dtype), torch.cat((-sin, sin), -1)[:, None].to(dtype)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
@@ -94,10 +100,7 @@ class Attention(nn.Module):
         qkv = qkv.view(b, t, self.h + 2 * self.hkv, self.d).transpose(1, 2)             # [batch, heads, n, d]
         qk, v = qkv.split((self.h + self.hkv, self.hkv), dim=1)
         # rotate-half RoPE on q and k at once: rotate_half(x) * sin == roll(x, d/2) * sin_signed
-        if isinstance(rows, graphs.Dense):                      # made once per pass, not per layer
-            cos, sin = rows.rotary
-        else:
-            cos, sin = torch.cat((cos, cos), -1)[:, None].to(x.dtype), torch.cat((-sin, sin), -1)[:, None].to(x.dtype)
+        cos, sin = rows.rotary if isinstance(rows, graphs.Dense) else rotary(cos, sin, x.dtype)   # (Dense: per pass)
         qk = qk * cos + qk.roll(self.d // 2, dims=-1) * sin      # cos, sin: [batch, 1, n, d]
         q, k = qk.split((self.h, self.hkv), dim=1)
         if rows is None:                                        # training: attend within the block only
@@ -181,12 +184,13 @@ class Llama(nn.Module):
             capacity = graphs.capacity(capacity)
         return KVCache(c.num_layers, batch, c.num_kv_heads, capacity, c.head_dim, self.dtype, self.device)
 
-    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def rope(self, positions: torch.Tensor, grow: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """positions [batch, n] -> cos, sin [batch, n, d/2] fp32: the rotary angles' cosines and sines.
 
         Each position's values come from one table computed in float64 (once, grown by doubling), so a position's
-        values never depend on which other positions share the call."""
-        need = int(positions.max()) + 1 if positions.numel() else 0
+        values never depend on which other positions share the call. grow=False: the table covers the positions
+        already (a fixed-shape pass: finding the largest position would wait for the device)."""
+        need = int(positions.max()) + 1 if grow and positions.numel() else 0
         if need > self._rope[0].shape[0]:
             size = max(need, 2 * self._rope[0].shape[0], 256)
             angles = torch.arange(size, dtype=torch.float64, device="cpu")[:, None] * self._inv_freq  # [pos, d/2]
@@ -263,8 +267,8 @@ class Llama(nn.Module):
 
     def run_dense(self, x: torch.Tensor, positions: torch.Tensor, rows: graphs.Dense) -> torch.Tensor:
         """`_run` for a fixed-shape pass (`graphs`): x [1, R, D] -> [1, R, D], with no host synchronisation."""
-        rope = tuple(t[positions] for t in self._rope)          # cos, sin [1, R, d/2]: the table is whole already
-        rows.prepare(*rope, x.dtype, self.cfg.num_heads // self.cfg.num_kv_heads)
+        rope = self.rope(positions, grow=False)                 # cos, sin [1, R, d/2]: the table is whole already
+        rows.prepare(rotary(*rope, x.dtype), self.cfg.num_heads // self.cfg.num_kv_heads)
         for i, block in enumerate(self.layers):
             x = block(x, rope, rows, i)
         return self.norm(x)

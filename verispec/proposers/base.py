@@ -98,8 +98,9 @@ def top_choices(scores: torch.Tensor, widths: list[int]) -> list[list[tuple[floa
         parts.append(torch.cat([top.values.float(), top.indices.float()], -1).flatten())   # ids < 2^24: exact
     flat = torch.cat(parts).tolist() if parts else []
     out: list = [None] * len(widths)
+    at = 0                                                                     # row r's w scores, then w indices
     for w, rows in groups.items():
         for r in rows:
-            out[r] = [(flat[j], int(flat[j + w])) for j in range(w)]
-            flat = flat[2 * w:]
+            out[r] = [(flat[at + j], int(flat[at + w + j])) for j in range(w)]
+            at += 2 * w
     return out

@@ -47,7 +47,7 @@ class MedusaProposer(Proposer):
         self.widths = tree.widths
         self.graft, self.max_nodes = graft, tree.size + graft     # graft: the longest n-gram path merged in
         self.hidden: torch.Tensor | None = None          # [D] the state the newest token was drawn from
-        self._ids: list[int] | None = None               # the heads' tokens on the host, read once
+        self.ids = heads.head_ids.tolist()               # the heads' tokens, on the host (no device reads)
 
     def prepare(self, capacity: int) -> None:
         self.hidden = None
@@ -66,8 +66,7 @@ class MedusaProposer(Proposer):
     def _tree(self, k: int) -> Proposal:
         tree = self.tree.cut(k)
         logits = self.heads(self.hidden)                                           # [K, H]
-        ids = self.heads.head_ids.tolist() if self._ids is None else self._ids
-        self._ids = ids
-        ranked = [[ids[i] for _, i in row] for row in top_choices(logits[:tree.depth], self.widths[:tree.depth])]
+        ranked = [[self.ids[i] for _, i in row]                                    # per depth: [w] token ids
+                  for row in top_choices(logits[:tree.depth], self.widths[:tree.depth])]
         tokens = [ranked[len(c) - 1][c[-1]] for c in tree.choices]                # breadth-first, node 1..n
         return Proposal(tokens, None, tree)
