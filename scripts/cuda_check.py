@@ -56,6 +56,8 @@ CONFIGS = [("ngram k4", "ngram", None, 4), ("ngram k8", "ngram", None, 8),
            ("eagle 15", "eagle", "15", 8), ("eagle 31", "eagle", "31", 8)]
 
 
+# the parts of a run (`--parts`): each part's name begins with one of these
+PARTS = ("pass", "exactness", "plain", "methods", "t1", "long", "syncs", "serve", "verify")
 MAIN = ("ngram k4", "draft k4", "draft-tree", "medusa 15", "eagle chain k4", "eagle auto+ngram")
 
 
@@ -68,7 +70,7 @@ def sync(dev):
         torch.cuda.synchronize()
 
 
-def part(report, name, fn):
+def run_part(report, name, fn):
     """Run one part; a failure is recorded and printed, and the next part still runs."""
     t0 = time.perf_counter()
     try:
@@ -202,23 +204,29 @@ def plain_speed(target: Target, prompts, max_new, eager=4):
     return out
 
 
-def syncs_per_cycle(target: Target, prompt: str):
-    """Host-device synchronisations per decoding cycle, counted by PyTorch's sync debug mode."""
+def syncs_per_cycle(target: Target, prompt: str, temperature: float = 0.0):
+    """Host-device synchronisations per decoding cycle, counted by PyTorch's sync debug mode, and where they come
+    from: each call site (file:line of the Python that asked) with its count per cycle."""
     if target.model.device.type != "cuda":
         return "cuda only"
-    out = {}
+    out, sampling = {}, SamplingConfig(temperature=temperature)
     for label, (e, k) in engines(target).items():
         ids = target.tokenizer.prompt_ids(prompt)
-        run(e, ids, k, target, 16)
+        run(e, ids, k, target, 16, sampling)
         torch.cuda.set_sync_debug_mode("warn")
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                r = run(e, ids, k, target, 48)
+                r = run(e, ids, k, target, 48, sampling)
         finally:
             torch.cuda.set_sync_debug_mode(0)
-        cycles = r.stats.target_passes - 1
-        out[label] = round(len(caught) / max(cycles, 1), 2)
+        cycles = max(r.stats.target_passes - 1, 1)
+        sites: dict[str, int] = {}
+        for w in caught:
+            where = f"{Path(w.filename).name}:{w.lineno}"
+            sites[where] = sites.get(where, 0) + 1
+        out[label] = {"per_cycle": round(len(caught) / cycles, 2),
+                      "sites": {s: round(n / cycles, 2) for s, n in sorted(sites.items(), key=lambda x: -x[1])}}
     return out
 
 
@@ -268,7 +276,11 @@ def main():
     ap.add_argument("--fp32", action="store_true", help="also time plain decoding in fp32")
     ap.add_argument("--long", help="a JSONL of long prompts (../shared/data/prompts/long.jsonl) to time too")
     ap.add_argument("--long-limit", type=int, default=4, help="long prompts per category")
+    ap.add_argument("--parts", default=",".join(PARTS), help=f"which parts to run, of {','.join(PARTS)}")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    if parts - set(PARTS):
+        sys.exit(f"cuda_check: unknown parts {sorted(parts - set(PARTS))}; choose from {','.join(PARTS)}")
     dev = args.device
     if dev == "cpu":                                # a dry run: fixed-shape passes, uncaptured
         from verispec.model import graphs
@@ -282,31 +294,34 @@ def main():
     t0 = time.perf_counter()
     target = Target.load(None, "bf16", dev)
     print(f"loaded in {time.perf_counter() - t0:.1f} s", flush=True)
-    part(report, "pass_agreement_bf16", lambda: pass_agreement(target))
-    part(report, "exactness_pvalues", lambda: exactness_on(dev))
-    part(report, "plain_bf16", lambda: plain_speed(target, prompts, args.max_new_tokens))
-    part(report, "methods_bf16", lambda: methods(target, prompts, args.max_new_tokens, args.repeats))
-    part(report, "methods_bf16_t1", lambda: methods(target, prompts, args.max_new_tokens, 1, temperature=1.0,
-                                                    only=MAIN))
+    def part(name, fn):
+        if name.split("_")[0] in parts:
+            run_part(report, name, fn)
+    part("pass_agreement_bf16", lambda: pass_agreement(target))
+    part("exactness_pvalues", lambda: exactness_on(dev))
+    part("plain_bf16", lambda: plain_speed(target, prompts, args.max_new_tokens))
+    part("methods_bf16", lambda: methods(target, prompts, args.max_new_tokens, args.repeats))
+    part("t1_methods_bf16", lambda: methods(target, prompts, args.max_new_tokens, 1, temperature=1.0, only=MAIN))
     if args.long:
         cats = {}
         for p in load_prompts([args.long]):
             cats.setdefault(p.category, []).append(p)
         long = [p for ps in cats.values() for p in ps[:args.long_limit]]
-        part(report, "methods_bf16_long", lambda: methods(target, long, 128, 1, only=MAIN))
-    part(report, "syncs_per_cycle", lambda: syncs_per_cycle(target, prompts[0].prompt))
-    part(report, "serve_batch_tok_s", lambda: serve_batch(target, prompts, args.max_new_tokens))
-    part(report, "verify_cost_graphed_bf16", lambda: verify_cost(target, True))
-    part(report, "verify_cost_eager_bf16", lambda: verify_cost(target, False))
+        part("long_methods_bf16", lambda: methods(target, long, 128, 1, only=MAIN))
+    part("syncs_per_cycle", lambda: syncs_per_cycle(target, prompts[0].prompt))
+    part("syncs_per_cycle_t1", lambda: syncs_per_cycle(target, prompts[0].prompt, 1.0))
+    part("serve_batch_tok_s", lambda: serve_batch(target, prompts, args.max_new_tokens))
+    part("verify_cost_graphed_bf16", lambda: verify_cost(target, True))
+    part("verify_cost_eager_bf16", lambda: verify_cost(target, False))
     if args.fp32:
         del target
         t32 = Target.load(None, "fp32", dev)
-        part(report, "pass_agreement_fp32", lambda: pass_agreement(t32))
-        part(report, "plain_fp32", lambda: plain_speed(t32, prompts, args.max_new_tokens))
-        part(report, "methods_fp32", lambda: methods(t32, prompts, args.max_new_tokens, 1, only=MAIN))
+        part("pass_agreement_fp32", lambda: pass_agreement(t32))
+        part("plain_fp32", lambda: plain_speed(t32, prompts, args.max_new_tokens))
+        part("methods_fp32", lambda: methods(t32, prompts, args.max_new_tokens, 1, only=MAIN))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "cuda_check.json").write_text(json.dumps(report, indent=1))
-    for name in ("methods_bf16", "methods_bf16_t1", "methods_bf16_long", "methods_fp32"):
+    for name in ("methods_bf16", "t1_methods_bf16", "long_methods_bf16", "methods_fp32"):
         m = report.get(name, {})
         if "speedup_median" not in m:
             continue

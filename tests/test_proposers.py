@@ -171,3 +171,44 @@ def test_top_choices_is_each_rows_own_topk():
     for r, w in enumerate(widths):
         top = scores[r:r + 1].topk(w)
         assert got[r] == list(zip(top.values[0].tolist(), top.indices[0].tolist()))
+
+
+def test_top_indices_are_top_choices_left_on_the_device():
+    """Medusa's tree gathered on the device takes the very indices, ties included, that one read of
+    `top_choices` gives."""
+    from verispec.proposers.base import top_choices, top_indices
+    g = torch.Generator().manual_seed(1)
+    scores = torch.randn(5, 30, generator=g)
+    scores[1, 3] = scores[1, 7] = scores[1, 20] = scores[1].max() + 1          # exact ties at the top
+    scores[4, 2] = scores[4, 11] = scores[4].max() + 1
+    widths = [2, 3, 1, 3, 2]
+    flat, at = top_indices(scores, widths)
+    for r, row in enumerate(top_choices(scores, widths)):
+        assert flat[at[r]:at[r] + widths[r]].tolist() == [i for _, i in row]
+
+
+def test_a_proposal_left_on_the_device_is_read_back_with_the_verification():
+    """`read_with` brings values (integers, and float32 bits exactly) and the proposal's tokens back in one read;
+    `tokens` reads them alone otherwise; either way the same tokens."""
+    p = torch.rand(3, 7)
+    proposal = Proposal(on_device=torch.tensor([5, 1, 4]))
+    assert proposal.size == 3 and proposal._tokens is None                    # nothing read yet
+    top, probs = proposal.read_with(torch.tensor([2, 60000]), p)
+    assert top.tolist() == [2, 60000] and top.dtype == torch.long and torch.equal(probs, p)
+    assert proposal.tokens == [5, 1, 4]
+    again = Proposal(on_device=torch.tensor([5, 1, 4]))
+    assert again.tokens == [5, 1, 4] and again == proposal
+    assert Proposal([5, 1, 4]).read_with(torch.tensor([9]))[0].tolist() == [9]    # tokens on the host already
+
+
+def test_draft_proposals_stay_on_the_device_until_read(tiny_dir):
+    """The draft model leaves its tokens on the device (read back by the engine, with its verification); its
+    record of what its cache holds settles from them once they are read."""
+    model, _, _ = loader.load(tiny_dir, "fp32")
+    prop = DraftModelProposer(model)
+    prop.prepare(64)
+    first = prop.propose([5, 6, 7], 3, SamplingConfig(), torch.Generator())
+    assert first.on_device is not None and first._tokens is None and first.size == 3
+    assert prop.unread is not None                                              # not settled yet
+    assert prop.seen == [5, 6, 7] + first.tokens[:2] and prop.cache.length == 5
+    assert prop.unread is None

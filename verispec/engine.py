@@ -22,6 +22,7 @@ import torch
 from .autok import CHAIN_OF, MARGIN, CostProfile
 from .errors import VerispecError
 from .model import ops
+from .model.host import upload
 from .model.llama import Llama
 from .proposers.base import Proposal, Proposer
 from .sampling import SamplingConfig, probs, sample, top_tokens
@@ -178,14 +179,15 @@ class Sequence:
         cache.truncate(keep)
         self.cache, self.cached_tokens = cache, list(self.prompt)
         device, prompt = self.target.device, self.prompt
-        tokens = torch.tensor([prompt[keep:]], device=device)                     # [1, n]
+        tokens = upload([prompt[keep:]], device)                                  # [1, n]
         positions = torch.arange(keep, len(prompt), device=device)[None]          # [1, n]
         hidden = self.target(tokens, positions, cache)                            # [1, n, D]
         if self._observe is not None:
             self._observe(hidden[0])
         logits = self.target.logits(hidden[:, -1:])                               # [1, 1, vocab]
         self.stats.target_passes = 1
-        first = sample(probs(logits[:, 0], self.cfg.sampling), torch.rand(1, generator=self.gen).to(device))
+        u = upload(torch.rand(1, generator=self.gen), device)
+        first = sample(probs(logits[:, 0], self.cfg.sampling), u)
         self.out.append(int(first))
         self.stats.time_prefill_s = time.perf_counter() - self._t_start
         self._emit(0)
@@ -210,14 +212,17 @@ class Sequence:
         if proposal is None:
             proposal = self.proposer.propose(self.context(), k, cfg.sampling, self.gen) if k else Proposal([])
         start, tree = self.cache.length, proposal.tree
-        tokens = torch.tensor([[newest] + proposal.tokens], device=device)        # [1, 1+n]
+        if proposal.on_device is not None:                  # drafted on the device: the pass reads them there
+            tokens = torch.cat([upload([newest], device), proposal.on_device])[None]       # [1, 1+n]
+        else:
+            tokens = upload([[newest] + proposal.tokens], device)                 # [1, 1+n]
         mask = None
         if tree is None:
             positions = torch.arange(start, start + tokens.shape[1], device=device)[None]   # [1, 1+n]
         else:
-            positions = (start + torch.tensor(tree.depths, device=device))[None]           # [1, 1+n]
+            positions = (start + upload(tree.depths, device))[None]                        # [1, 1+n]
             mask = torch.cat([torch.ones(1 + tree.size, start, dtype=torch.bool, device=device),
-                              tree.ancestry.to(device)], 1)[None]                  # [1, 1+n, start+1+n]
+                              upload(tree.ancestry, device)], 1)[None]             # [1, 1+n, start+1+n]
         self.stats.time_draft_s += time.perf_counter() - t0
         return Pass(proposal, tokens, positions, mask, start, newest)
 
@@ -233,10 +238,10 @@ class Sequence:
         before = len(self.out)
         self.out.extend(accepted + [next_token])
         produced = self._emit(before)
-        depth = len(proposal.tokens) if proposal.tree is None else proposal.tree.depth
-        self.stats.record_cycle(len(proposal.tokens), len(accepted), produced, depth)
+        depth = proposal.size if proposal.tree is None else proposal.tree.depth
+        self.stats.record_cycle(proposal.size, len(accepted), produced, depth)
         if self.auto is not None:
-            self.auto.update(min(len(accepted) + 1, depth), len(accepted), len(proposal.tokens))
+            self.auto.update(min(len(accepted) + 1, depth), len(accepted), proposal.size)
         return self.out[before:]
 
     def result(self) -> "Generation":
@@ -246,16 +251,17 @@ class Sequence:
 
     def _verify_chain(self, step: Pass, hidden: torch.Tensor, logits: torch.Tensor):
         """Accept a prefix of the chain; leave the cache holding what was kept."""
-        proposal, device, k = step.proposal, self.target.device, len(step.proposal.tokens)
+        proposal, device, k = step.proposal, self.target.device, step.proposal.size
         if self.cfg.sampling.greedy:              # p one-hot: the rule reduces to matching the argmax
-            n, next_token = greedy_chain(top_tokens(logits[0]).tolist(), proposal.tokens)
+            top, = proposal.read_with(top_tokens(logits[0]))                      # one read a cycle
+            n, next_token = greedy_chain(top.tolist(), proposal.tokens)
         else:
             p = probs(logits, self.cfg.sampling)                                   # [1, k+1, V]
             q = None if proposal.q is None else proposal.q[None]                  # [1, k, V]
-            u_accept = torch.rand(1, k, generator=self.gen).to(device)
-            u_final = torch.rand(1, generator=self.gen).to(device)
+            u_accept = upload(torch.rand(1, k, generator=self.gen), device)
+            u_final = upload(torch.rand(1, generator=self.gen), device)
             num_accepted, next_token = verify_chain(p, q, step.tokens[:, 1:], u_accept, u_final)
-            n = int(num_accepted)
+            n, next_token = proposal.read_with(torch.cat([num_accepted, next_token]))[0].tolist()   # one read
         self.cache.truncate(step.start + 1 + n)                                    # newest + accepted drafts
         self.cached_tokens.extend([step.newest] + proposal.tokens[:n])
         if self._observe is not None:
@@ -274,9 +280,9 @@ class Sequence:
         else:
             logits = self.target.logits(hidden) if logits is None else logits    # [1, 1+n, V]
             if greedy:                            # p one-hot: the rule reduces to following the argmax
-                p, top = None, top_tokens(logits[0]).tolist()
-            else:
-                p = probs(logits, self.cfg.sampling)[0]                            # [1+n, V]
+                p, top = None, proposal.read_with(top_tokens(logits[0]))[0].tolist()   # one read a cycle
+            else:                                 # the rule reads p node by node: on the host, read at once
+                p, = proposal.read_with(probs(logits, self.cfg.sampling)[0])      # [1+n, V]
         if greedy:
             path, next_token = greedy_tree(top, proposal.tokens, tree)
         else:
@@ -285,12 +291,14 @@ class Sequence:
             if self.cfg.acceptance == "typical":                                   # LOSSY
                 path, next_token = verify_tree_typical(p, proposal.tokens, tree, u_final)
             else:
-                path, next_token = verify_tree(p, proposal.q, proposal.tokens, tree, u_accept, u_final)
-        self.cache.compact(step.start, torch.tensor([0] + path))                   # newest + accepted path
+                q = None if proposal.q is None else proposal.q.cpu()              # where p is
+                path, next_token = verify_tree(p, q, proposal.tokens, tree, u_accept, u_final)
+        kept = torch.tensor([0] + path)                                            # newest + accepted path
+        self.cache.compact(step.start, kept)
         accepted = [proposal.tokens[i - 1] for i in path]
         self.cached_tokens.extend([step.newest] + accepted)
         if self._observe is not None:
-            self._observe(hidden[0, [0] + path])                                   # [1+len(path), D]
+            self._observe(hidden[0].index_select(0, upload(kept, hidden.device)))  # [1+len(path), D]
         return accepted, next_token
 
     def cancel(self) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from .host import upload
+
 
 class KVCache:
     def __init__(self, num_layers: int, batch: int, num_kv_heads: int, capacity: int, head_dim: int,
@@ -58,7 +60,7 @@ class KVCache:
         """
         n = int(keep.numel())
         if n and not torch.equal(keep.cpu(), torch.arange(n)):    # compared on the host: no device sync
-            src = (start + keep).to(self.k.device)
+            src = upload(start + keep, self.k.device)
             self.k[:, :, :, start:start + n] = self.k.index_select(3, src)
             self.v[:, :, :, start:start + n] = self.v.index_select(3, src)
         self.length = start + n

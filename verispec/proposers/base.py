@@ -15,7 +15,6 @@ afresh (the default copies the proposer; one with per-sequence state overrides i
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import torch
 
@@ -23,17 +22,55 @@ from ..sampling import SamplingConfig
 from ..tree import TokenTree
 
 
-@dataclass(frozen=True)
 class Proposal:
     """Draft tokens, as a chain (tree is None) or as the nodes of a token tree.
 
     Row j of q is the distribution drawn from at node j (node 0 is the newest emitted token): for a chain, the
     distribution token j + 1 was drawn from; for a tree, the one node j's children were drawn from, i.i.d.
     q None means the drafts are deterministic picks (q one-hot at each), as for n-gram or top-k choices.
+
+    A proposer that drafts on the device may leave its tokens there (`on_device`): the target's pass reads them
+    from there, and the engine reads them back together with the verification's result (`read_with`), one read
+    a cycle (on a GPU each read waits for the work queued before it). `tokens` reads them back on first use.
     """
-    tokens: list[int]                 # chain: x_1..x_k' (k' <= k, possibly 0); tree: node 1..n tokens
-    q: torch.Tensor | None = None     # chain: [k', vocab]; tree: [1 + n, vocab]
-    tree: TokenTree | None = None     # the tree the tokens fill, breadth-first (verispec.tree)
+
+    def __init__(self, tokens: list[int] | None = None, q: torch.Tensor | None = None, tree: TokenTree | None = None,
+                 on_device: torch.Tensor | None = None):
+        self._tokens = [] if tokens is None and on_device is None else tokens   # chain: x_1..x_k' (k' <= k,
+                                                                                 # maybe 0); tree: node 1..n tokens
+        self.q = q                      # chain: [k', vocab]; tree: [1 + n, vocab]
+        self.tree = tree                # the tree the tokens fill, breadth-first (verispec.tree)
+        self.on_device = on_device      # [n] int64: the tokens on the model's device, or None
+        self.size = len(tokens) if tokens is not None else on_device.numel()    # draft tokens, read or not
+
+    @property
+    def tokens(self) -> list[int]:
+        if self._tokens is None:
+            self._tokens = self.on_device.tolist()                              # a read (a wait, on a GPU)
+        return self._tokens
+
+    def read_with(self, *values: torch.Tensor) -> list[torch.Tensor]:
+        """`values` on the host, and this proposal's tokens if still on the device, in one read. Values must be
+        integers below 2^24 or float32 when they are read with floats (they travel as float32, exactly)."""
+        parts = list(values) + ([self.on_device] if self._tokens is None else [])
+        wide = torch.int64 if all(not v.is_floating_point() for v in parts) else torch.float32
+        flat = torch.cat([v.reshape(-1).to(wide) for v in parts]).cpu()
+        out, at = [], 0
+        for v in parts:
+            out.append(flat[at:at + v.numel()].view(v.shape).to(v.dtype))
+            at += v.numel()
+        if self._tokens is None:
+            self._tokens = out.pop().tolist()
+        return out
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Proposal) and self.tokens == other.tokens and self.tree == other.tree and (
+            self.q is other.q or (self.q is not None and other.q is not None and torch.equal(self.q, other.q)))
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Proposal({self.tokens}, q={'None' if self.q is None else list(self.q.shape)}, tree={self.tree})"
 
 
 class Proposer:
@@ -85,13 +122,19 @@ def widen(q: torch.Tensor, head_ids: torch.Tensor | None, vocab: int) -> torch.T
     return q.new_zeros(len(q), vocab).index_copy_(1, head_ids, q)
 
 
-def top_choices(scores: torch.Tensor, widths: list[int]) -> list[list[tuple[float, int]]]:
-    """Each row's `widths[r]` best (score, index) pairs, best first: scores [m, H] -> m lists. Rows of one width
-    share one `topk` call (a narrower `topk` of a wider one could order exact ties differently), and everything
-    comes back to the host in one read (on a GPU each read waits for the work queued before it)."""
+def _by_width(widths: list[int]) -> dict[int, list[int]]:
+    """Rows grouped by width, in order of first appearance: rows of one width share one `topk` call (a narrower
+    `topk` of a wider one could order exact ties differently)."""
     groups: dict[int, list[int]] = {}
     for r, w in enumerate(widths):
         groups.setdefault(w, []).append(r)
+    return groups
+
+
+def top_choices(scores: torch.Tensor, widths: list[int]) -> list[list[tuple[float, int]]]:
+    """Each row's `widths[r]` best (score, index) pairs, best first: scores [m, H] -> m lists. Everything comes
+    back to the host in one read (on a GPU each read waits for the work queued before it)."""
+    groups = _by_width(widths)
     parts = []
     for w, rows in groups.items():
         top = scores[rows].topk(w)                                             # [len(rows), w]
@@ -104,3 +147,15 @@ def top_choices(scores: torch.Tensor, widths: list[int]) -> list[list[tuple[floa
             out[r] = [(flat[at + j], int(flat[at + w + j])) for j in range(w)]
             at += 2 * w
     return out
+
+
+def top_indices(scores: torch.Tensor, widths: list[int]) -> tuple[torch.Tensor, list[int]]:
+    """`top_choices`' indices, left on the device: (flat, at), where row r's j-th best index is flat[at[r] + j].
+    The same indices, in the same order, as `top_choices` gives."""
+    parts, at, offset = [], [0] * len(widths), 0
+    for w, rows in _by_width(widths).items():
+        parts.append(scores[rows].topk(w).indices.flatten())                   # [len(rows) * w]
+        for j, r in enumerate(rows):
+            at[r] = offset + j * w
+        offset += len(rows) * w
+    return torch.cat(parts), at

@@ -10,6 +10,7 @@ import copy
 
 import torch
 
+from ..model.host import upload
 from ..model.llama import Llama
 from ..sampling import SamplingConfig, probs, sample, top_tokens
 from .base import Proposal, Proposer, widen
@@ -21,11 +22,12 @@ class DraftModelProposer(Proposer):
     def __init__(self, model: Llama):
         self.model = model
         self.cache = None
-        self.seen: list[int] = []   # tokens whose keys/values sit in self.cache, in order
+        self._seen: list[int] = []  # tokens whose keys/values sit in self.cache, in order (`seen`)
+        self.unread = None          # (fed tokens, proposal): the last proposal's tokens, cached before read back
 
     def prepare(self, capacity: int) -> None:
         if self.cache is None or self.cache.capacity < capacity:
-            self.cache, self.seen = self.model.new_cache(capacity), []
+            self.cache, self._seen, self.unread = self.model.new_cache(capacity), [], None
 
     @staticmethod
     def draft_together(jobs):   # sequences sharing this draft model draft in packed passes (serve.batch)
@@ -34,8 +36,17 @@ class DraftModelProposer(Proposer):
     def fork(self) -> "DraftModelProposer":
         """The same draft weights with a KV cache of its own (for another sequence of a batch)."""
         twin = copy.copy(self)
-        twin.cache, twin.seen = None, []
+        twin.cache, twin._seen, twin.unread = None, [], None
         return twin
+
+    @property
+    def seen(self) -> list[int]:
+        """The tokens whose keys and values sit in the cache, in order."""
+        if self.unread is not None:                      # the last drafts, read back by the engine by now
+            feed, proposal = self.unread
+            self._seen.extend(feed + proposal.tokens[:-1])
+            self.unread = None
+        return self._seen
 
     def _kept(self, context: list[int]) -> int:
         """How many cached slots agree with `context` (the last token is always re-fed: its logits are needed)."""
@@ -72,13 +83,14 @@ def propose_together(jobs: list[tuple[DraftModelProposer, list[int], int, Sampli
     draws come in the same order as when it drafts alone, and packed rows equal lone ones (CPU bf16), so its
     proposal is exactly the one it would make alone. jobs: (proposer, context, k, sampling, generator).
 
-    Drafted tokens stay on the device, each fed to the next step from there, and are read back once at the end (on
-    a GPU every read-back waits for the work queued before it)."""
+    Drafted tokens stay on the device, each fed to the next step from there; the proposal leaves them there for
+    the engine to read back with its verification's result (on a GPU every read-back waits for the work queued
+    before it)."""
     model = jobs[0][0].model
     device = model.device
     head_ids = model.head_ids if model.cfg.head_tokens else None
     feeds = [prop._sync(context) for prop, context, *_ in jobs]                  # host token lists
-    inputs = [torch.tensor([feed], device=device) for feed in feeds]             # [1, n] each
+    inputs = [upload([feed], device) for feed in feeds]                          # [1, n] each
     drawn, qs = [[] for _ in jobs], [[] for _ in jobs]                           # per job: [1] tokens, [head] q
     for step in range(max(k for _, _, k, _, _ in jobs)):
         active = [i for i, (_, _, k, _, _) in enumerate(jobs) if step < k]
@@ -94,18 +106,17 @@ def propose_together(jobs: list[tuple[DraftModelProposer, list[int], int, Sampli
             _, _, _, sampling, generator = jobs[i]
             q = probs(row_logits, sampling)                                       # [head] (= [vocab] if full)
             row = top_tokens(row_logits) if sampling.greedy \
-                else sample(q, torch.rand((), generator=generator).to(device))
+                else sample(q, upload(torch.rand((), generator=generator), device))
             token = row if head_ids is None else head_ids[row]
             drawn[i].append(token.view(1))
             qs[i].append(q)
             inputs[i] = token.view(1, 1)
-    flat = torch.cat([t for d in drawn for t in d]).tolist() if any(drawn) else []   # one read-back
     out = []
     for (prop, *_), feed, d, q_rows in zip(jobs, feeds, drawn, qs):
-        toks, flat = flat[:len(d)], flat[len(d):]
         if not q_rows:
             out.append(Proposal([]))
             continue
-        prop.seen.extend(feed + toks[:-1])                                        # what its cache now holds
-        out.append(Proposal(toks, widen(torch.stack(q_rows), head_ids, model.cfg.vocab_size)))   # [k, vocab]
+        q = widen(torch.stack(q_rows), head_ids, model.cfg.vocab_size)             # [k, vocab]
+        out.append(Proposal(q=q, on_device=torch.cat(d)))                         # tokens [k], not read back
+        prop.unread = (feed, out[-1])                    # its cache holds feed and all drafts but the last
     return out

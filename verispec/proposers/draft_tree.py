@@ -4,12 +4,14 @@ The tree's shape is fixed (`verispec.tree`): node (r1, ..., rd) holds the draft'
 the path (r1, ..., r_{d-1}). Drafting takes one draft pass per depth: all nodes of a depth are fed together, each
 attending to the context and its own ancestors only (the tree's ancestry mask over the draft's KV cache).
 Children are deterministic picks (ranked by the draft's logits), so q is None: the verifier treats each child as
-one-hot, and recursive rejection sampling stays exact at every temperature.
+one-hot, and recursive rejection sampling stays exact at every temperature. The tree's shape being fixed, each
+depth's tokens are gathered from the last pass's rankings on the device, and the whole tree is read back once.
 """
 from __future__ import annotations
 
 import torch
 
+from ..model.host import upload
 from ..sampling import SamplingConfig
 from ..tree import TokenTree, topk_per_depth
 from .base import Proposal
@@ -30,13 +32,11 @@ class DraftTreeProposer(DraftModelProposer):
         self.width = max(self.tree.widths)                                 # children per node, at most
         self.graft, self.max_nodes = graft, self.tree.size + graft        # graft: the longest n-gram path
 
-    def _ranked(self, feed: list[int], positions: list[int], mask: torch.Tensor | None) -> torch.Tensor:
-        """Append `feed` to the draft's cache (RoPE at `positions`); return each token's next-token ranking,
-        as vocabulary ids."""
+    def _ranked(self, feed: torch.Tensor, positions: list[int], mask: torch.Tensor | None) -> torch.Tensor:
+        """Append `feed` [1, m] to the draft's cache (RoPE at `positions`); return each token's next-token
+        ranking, as vocabulary ids [m, width]."""
         device = self.model.device
-        x = torch.tensor([feed], device=device)                                  # [1, m]
-        pos = torch.tensor([positions], device=device)                            # [1, m]
-        hidden = self.model(x, pos, self.cache, mask)                             # [1, m, D]
+        hidden = self.model(feed, upload([positions], device), self.cache, mask)  # [1, m, D]
         logits = self.model.logits(hidden[0], full=False)                         # [m, head]
         top = logits.topk(min(self.width, logits.shape[-1]), dim=-1).indices      # [m, width]
         return self.model.head_ids[top] if self.model.cfg.head_tokens else top
@@ -47,25 +47,23 @@ class DraftTreeProposer(DraftModelProposer):
         return lookup_first(context, k, self.graft, lambda: self._tree(context, k))
 
     def _tree(self, context: list[int], k: int) -> Proposal:
-        tree = self.tree.cut(k)
+        tree, device = self.tree.cut(k), self.model.device
         feed = self._sync(context)
         ctx = len(context)                               # the root, context[-1], sits at position ctx - 1
         start = self.cache.length
-        ranked = {0: self._ranked(feed, list(range(start, start + len(feed))), None)[-1].tolist()}
+        rows = self._ranked(upload([feed], device), list(range(start, start + len(feed))), None)[-1:]   # [1, w]
         self.seen.extend(feed)
-        tokens = [0] * tree.size
+        levels, first = [], 0                            # first: the node of rows[0] (the root, then a depth's first)
         for d in range(1, tree.depth + 1):
             nodes = [i for i in range(1, tree.size + 1) if tree.depths[i] == d]
-            for i in nodes:
-                tokens[i - 1] = ranked[tree.parents[i]][tree.rank(i)]
-            parents = [i for i in nodes if tree.children(i)]
-            if not parents:
-                break
             a, b = nodes[0], nodes[-1]                                            # breadth-first: contiguous
+            at = [(tree.parents[i] - first) * rows.shape[1] + tree.rank(i) for i in nodes]
+            level = rows.reshape(-1)[upload(at, device)]                          # [m] node tokens, on the device
+            levels.append(level)
+            if not any(tree.children(i) for i in nodes):
+                break
             mask = torch.cat([torch.ones(b - a + 1, ctx, dtype=torch.bool),
                               tree.ancestry[a:b + 1, 1:b + 1]], 1)[None]           # [1, m, ctx + b]
-            rows = self._ranked(tokens[a - 1:b], [ctx - 1 + d] * (b - a + 1), mask.to(self.model.device))
-            for i in parents:
-                ranked[i] = rows[i - a].tolist()
+            rows, first = self._ranked(level[None], [ctx - 1 + d] * (b - a + 1), upload(mask, device)), a
         self.cache.truncate(ctx)                         # keep only the context: the tree's slots are scratch
-        return Proposal(tokens, None, tree)
+        return Proposal(tree=tree, on_device=torch.cat(levels))                  # [n], read back by the engine

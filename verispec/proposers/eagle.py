@@ -28,6 +28,7 @@ import copy
 import torch
 
 from ..model.eagle import EagleHead
+from ..model.host import upload
 from ..sampling import SamplingConfig, probs, sample, top_tokens
 from ..tree import TokenTree, build_tree, tree_from_acceptance
 from .base import Proposal, Proposer, top_choices, widen
@@ -105,7 +106,7 @@ class EagleProposer(Proposer):
         first = len(context) - 1 - self.known              # position of feats[0] (> 0 after a reused prefix)
         j0, device = first + self.fed, self.head.out.device
         feats = self.feats[self.fed:self.known][None]                             # [1, m, D]
-        tokens = torch.tensor([context[j0 + 1:len(context)]], device=device)      # [1, m]
+        tokens = upload([context[j0 + 1:len(context)]], device)                   # [1, m]
         positions = torch.arange(j0, len(context) - 1, device=device)[None]       # [1, m]
         pred = self.head(feats, tokens, positions, self.cache)                    # [1, m, D]
         self.fed, self.root = self.known, pred[:, -1:]
@@ -118,13 +119,13 @@ class EagleProposer(Proposer):
             logits = head.logits(f[0, -1])                                        # [H]
             q = probs(logits, sampling)                                           # [H]
             rows.append(top_tokens(logits) if sampling.greedy
-                        else sample(q, torch.rand((), generator=generator).to(device)))
+                        else sample(q, upload(torch.rand((), generator=generator), device)))
             qs.append(q)
             if i + 1 < k:                                                         # f^ of the token just drafted
                 f = head(f, head.head_ids[rows[-1]].view(1, 1), torch.full((1, 1), n - 1 + i, device=device),
                          self.cache)
-        tokens = [self.ids[r] for r in torch.stack(rows).tolist()]                # one read-back
-        return Proposal(tokens, widen(torch.stack(qs), head.head_ids, head.embed.shape[0]))   # [k, vocab]
+        tokens = head.head_ids[torch.stack(rows)]         # [k] left on the device: the engine reads them back
+        return Proposal(q=widen(torch.stack(qs), head.head_ids, head.embed.shape[0]), on_device=tokens)  # q [k, V]
 
     def _tree(self, root: torch.Tensor, n: int, k: int) -> Proposal:
         """Draft a token tree level by level; every node's children are its top choices (deterministic)."""
@@ -171,9 +172,9 @@ class EagleProposer(Proposer):
                     j = parent[j]
                 slot_of[i] = start + row
             feats = torch.stack([pred_of[parent[i]] for i in frontier])[None]      # [1, m, D]
-            toks = torch.tensor([[token[i] for i in frontier]], device=device)     # [1, m]
+            toks = upload([[token[i] for i in frontier]], device)                  # [1, m]
             positions = torch.full((1, len(frontier)), n - 2 + d, device=device)   # [1, m]
-            pred = head(feats, toks, positions, self.cache, ancestry[None].to(device))[0]   # [m, D]
+            pred = head(feats, toks, positions, self.cache, upload(ancestry[None], device))[0]   # [m, D]
             for row, i in enumerate(frontier):
                 pred_of[i] = pred[row]
             add_children(frontier, head.logits(pred))                              # logits [m, H]

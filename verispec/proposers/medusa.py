@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import torch
 
+from ..model.host import upload
 from ..model.medusa import MedusaHeads
 from ..sampling import SamplingConfig
 from ..tree import TokenTree, expected_accepted, tree_from_acceptance
-from .base import Proposal, Proposer, top_choices
+from .base import Proposal, Proposer, top_indices
 from .ngram import lookup_first
 
 TREE_SIZES = (4, 8, 16, 32, 64)
@@ -47,7 +48,6 @@ class MedusaProposer(Proposer):
         self.widths = tree.widths
         self.graft, self.max_nodes = graft, tree.size + graft     # graft: the longest n-gram path merged in
         self.hidden: torch.Tensor | None = None          # [D] the state the newest token was drawn from
-        self.ids = heads.head_ids.tolist()               # the heads' tokens, on the host (no device reads)
 
     def prepare(self, capacity: int) -> None:
         self.hidden = None
@@ -64,9 +64,9 @@ class MedusaProposer(Proposer):
         return lookup_first(context, k, self.graft, lambda: self._tree(k))
 
     def _tree(self, k: int) -> Proposal:
+        """Node (r1, ..., rd) holds head d's r_d-th choice: gathered on the device, read back by the engine."""
         tree = self.tree.cut(k)
         logits = self.heads(self.hidden)                                           # [K, H]
-        ranked = [[self.ids[i] for _, i in row]                                    # per depth: [w] token ids
-                  for row in top_choices(logits[:tree.depth], self.widths[:tree.depth])]
-        tokens = [ranked[len(c) - 1][c[-1]] for c in tree.choices]                # breadth-first, node 1..n
-        return Proposal(tokens, None, tree)
+        flat, at = top_indices(logits[:tree.depth], self.widths[:tree.depth])   # per depth, its ranked choices
+        picks = upload([at[len(c) - 1] + c[-1] for c in tree.choices], logits.device)   # [n]
+        return Proposal(tree=tree, on_device=self.heads.head_ids[flat[picks]])    # [n] token ids

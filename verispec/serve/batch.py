@@ -129,7 +129,7 @@ class Batch:
                 self._fail(seq, e)
         elapsed = time.perf_counter() - t0
         if size > 1:
-            self.gate.record(size, any(st.proposal.tokens for st in steps), emitted, time.perf_counter() - t_step)
+            self.gate.record(size, any(st.proposal.size for st in steps), emitted, time.perf_counter() - t_step)
         for seq in self.running:
             seq.stats.time_verify_s += elapsed
         return finished + self._drop_finished()
