@@ -141,8 +141,9 @@ class GraphRunner:
     def __init__(self, model, capture: bool | None = None):
         self.model = weakref.proxy(model)       # the model holds its runner: no cycle keeping GPU memory alive
         self.capture = model.device.type == "cuda" if capture is None else capture
-        self.pool = torch.cuda.graph_pool_handle() if self.capture else None
-        self.passes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # cache -> {(R, embeds): _Pass}
+        # cache -> {(R, embeds): _Pass, "pool": the memory pool its graphs share}. A pool lives and dies with its
+        # cache's graphs: PyTorch cannot capture into a pool whose graphs have all been freed
+        self.passes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # the RoPE table for every position a pass may use, now (graphs read it where it is; a draft may be asked
         # for positions past its own context, so past max_position too)
         model.rope(torch.tensor([[max(model.cfg.max_position, TABLE) - 1]]))
@@ -158,10 +159,12 @@ class GraphRunner:
         if self.model._rope[0] is not self.table:        # an eager pass grew the table: the graphs read the old one
             self.passes.clear()
             self.table = self.model._rope[0]
-        table = self.passes.setdefault(cache, {})
+        table = self.passes.get(cache)
+        if table is None:
+            table = self.passes[cache] = {"pool": torch.cuda.graph_pool_handle() if self.capture else None}
         key = (rows, embeds is not None)
         if key not in table:
-            table[key] = _Pass(self.model, cache, rows, embeds is not None, self.capture, self.pool)
+            table[key] = _Pass(self.model, cache, rows, embeds is not None, self.capture, table["pool"])
         step = table[key]
         step.load(tokens, embeds, positions, None if mask is None else mask.reshape(n, start + n), start)
         out = step.run()[:, :n].clone()                                         # [1, n, D], ours to keep

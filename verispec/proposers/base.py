@@ -18,6 +18,7 @@ import copy
 
 import torch
 
+from ..model.host import upload
 from ..sampling import SamplingConfig
 from ..tree import TokenTree
 
@@ -131,13 +132,21 @@ def _by_width(widths: list[int]) -> dict[int, list[int]]:
     return groups
 
 
+def _rows(scores: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """scores[rows], without a wait for the device: a slice where the rows are consecutive, else an index
+    uploaded asynchronously (indexing by a list copies it to the device and waits)."""
+    if rows == list(range(rows[0], rows[-1] + 1)):
+        return scores[rows[0]:rows[-1] + 1]
+    return scores.index_select(0, upload(rows, scores.device))
+
+
 def top_choices(scores: torch.Tensor, widths: list[int]) -> list[list[tuple[float, int]]]:
     """Each row's `widths[r]` best (score, index) pairs, best first: scores [m, H] -> m lists. Everything comes
     back to the host in one read (on a GPU each read waits for the work queued before it)."""
     groups = _by_width(widths)
     parts = []
     for w, rows in groups.items():
-        top = scores[rows].topk(w)                                             # [len(rows), w]
+        top = _rows(scores, rows).topk(w)                                      # [len(rows), w]
         parts.append(torch.cat([top.values.float(), top.indices.float()], -1).flatten())   # ids < 2^24: exact
     flat = torch.cat(parts).tolist() if parts else []
     out: list = [None] * len(widths)
@@ -154,7 +163,7 @@ def top_indices(scores: torch.Tensor, widths: list[int]) -> tuple[torch.Tensor, 
     The same indices, in the same order, as `top_choices` gives."""
     parts, at, offset = [], [0] * len(widths), 0
     for w, rows in _by_width(widths).items():
-        parts.append(scores[rows].topk(w).indices.flatten())                   # [len(rows) * w]
+        parts.append(_rows(scores, rows).topk(w).indices.flatten())            # [len(rows) * w]
         for j, r in enumerate(rows):
             at[r] = offset + j * w
         offset += len(rows) * w

@@ -107,8 +107,8 @@ def propose_together(jobs: list[tuple[DraftModelProposer, list[int], int, Sampli
             q = probs(row_logits, sampling)                                       # [head] (= [vocab] if full)
             row = top_tokens(row_logits) if sampling.greedy \
                 else sample(q, upload(torch.rand((), generator=generator), device))
-            token = row if head_ids is None else head_ids[row]
-            drawn[i].append(token.view(1))
+            token = row.view(1) if head_ids is None else head_ids[row.view(1)]    # [1] (a 0-dim index is read)
+            drawn[i].append(token)
             qs[i].append(q)
             inputs[i] = token.view(1, 1)
     out = []

@@ -122,7 +122,7 @@ class EagleProposer(Proposer):
                         else sample(q, upload(torch.rand((), generator=generator), device)))
             qs.append(q)
             if i + 1 < k:                                                         # f^ of the token just drafted
-                f = head(f, head.head_ids[rows[-1]].view(1, 1), torch.full((1, 1), n - 1 + i, device=device),
+                f = head(f, head.head_ids[rows[-1].view(1)].view(1, 1), torch.full((1, 1), n - 1 + i, device=device),
                          self.cache)
         tokens = head.head_ids[torch.stack(rows)]         # [k] left on the device: the engine reads them back
         return Proposal(q=widen(torch.stack(qs), head.head_ids, head.embed.shape[0]), on_device=tokens)  # q [k, V]

@@ -1,0 +1,8 @@
+#!/bin/bash
+export VERISPEC_HOME=/root/vh VERISPEC_KERNELS=0 PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /root/pay/*.whl || exit 1
+mkdir -p $VERISPEC_HOME/downloads verispec/drafts
+cat /root/pay/p1 /root/pay/p2 > $VERISPEC_HOME/downloads/SmolLM2-135M-Instruct.Q4_1.gguf
+cp -r /root/pay/drafts/* verispec/drafts/
+timeout 200 python3 scripts/cuda_check.py --out $OUT/after2 --repeats 1 --parts pass,syncs,methods,t1 2>&1 \
+  | tee $OUT/after2_log.txt | grep -v Warning | grep -v "^\[syncs" 
