@@ -157,6 +157,30 @@ def test_dynamic_tree_keeps_the_most_confident_nodes_parents_first(tiny_dir, tin
     assert again.tokens == proposal.tokens and again.tree.choices == tree.choices
 
 
+@pytest.mark.parametrize("shape", [(4,), (2, 1, 1), (3, 2, 2, 1)])
+def test_a_static_tree_drafted_on_the_device_is_the_host_ranked_one(monkeypatch, tiny_dir, tiny_eagle, shape):
+    """Static trees are drafted on the device and left there for the engine's one read; the tokens are those the
+    host-ranked drafting (`_tree`, the older way) chooses, after prompts that leave the cache at other lengths."""
+    from verispec.proposers import eagle
+    from verispec.tree import topk_per_depth
+    target, head, _ = load(tiny_dir, tiny_eagle[0])
+    tree = topk_per_depth(list(shape))
+    for text in ("Count to 7", "Name three colours of the sea, please"):
+        context = target.tokenizer.prompt_ids(text)
+        got = {}
+        for host in (False, True):
+            monkeypatch.setattr(eagle, "_HOST_STATIC", [host])
+            prop = EagleProposer(head, "static", tree=tree)
+            prop.prepare(64)
+            with torch.inference_mode():
+                prop.observe(target.model(torch.tensor([context[:-1]]), torch.arange(len(context) - 1)[None],
+                                          None)[0])
+            got[host] = prop.propose(context, len(shape), SamplingConfig(0.0), torch.Generator())
+            assert prop.cache.length == prop.fed                             # draft entries dropped
+        assert got[False].on_device is not None and got[False]._tokens is None      # not read back yet
+        assert got[False].tokens == got[True].tokens and got[False].tree == got[True].tree == tree
+
+
 def test_drafting_logits_are_row_invariant_and_training_still_has_gradients(tiny_dir, tiny_eagle):
     from verispec.api import Target
     target = Target.load(str(tiny_dir), "bf16", "cpu")

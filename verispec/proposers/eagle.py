@@ -31,8 +31,11 @@ from ..model.eagle import EagleHead
 from ..model.host import upload
 from ..sampling import SamplingConfig, probs, sample, top_tokens
 from ..tree import TokenTree, build_tree, tree_from_acceptance
-from .base import Proposal, Proposer, top_choices, widen
+from .base import Proposal, Proposer, top_choices, top_indices, widen
 from .ngram import lookup_first
+
+
+_HOST_STATIC = [False]          # tests: static trees drafted the older way, ranked on the host (`_tree`)
 
 
 class EagleProposer(Proposer):
@@ -127,10 +130,47 @@ class EagleProposer(Proposer):
         tokens = head.head_ids[torch.stack(rows)]         # [k] left on the device: the engine reads them back
         return Proposal(q=widen(torch.stack(qs), head.head_ids, head.embed.shape[0]), on_device=tokens)  # q [k, V]
 
+    def _static_tree(self, root: torch.Tensor, n: int, tree: TokenTree) -> Proposal:
+        """A static tree drafted on the device: each depth's tokens are gathered from the head's rankings of
+        their parents there, and the proposal leaves them there (the engine reads them back with its
+        verification). The same choices as `_tree`'s, ties included (`top_indices`)."""
+        head, device = self.head, self.head.out.device
+        feats = {0: root[0, 0]}                            # node -> the head's predicted feature (0: the root)
+        slot_of: dict[int, int] = {}                       # node -> its slot in the head's cache
+        parents, logits, levels = [0], head.logits(root[0, 0])[None], []     # logits [m, H]: the parents' rows
+        for d in range(1, tree.depth + 1):
+            nodes = [i for i in range(1, tree.size + 1) if tree.depths[i] == d]        # breadth-first: in order
+            widths = [1 + max(tree.rank(c) for c in tree.children(p)) for p in parents]
+            flat, at = top_indices(logits.float().log_softmax(-1), widths)
+            row = {p: r for r, p in enumerate(parents)}
+            picks = upload([at[row[tree.parents[i]]] + tree.rank(i) for i in nodes], device)
+            levels.append(head.head_ids[flat[picks]])                                  # [m] token ids
+            parents = [i for i in nodes if tree.children(i)]
+            if not parents:
+                break
+            start = self.cache.length
+            ancestry = torch.zeros(len(parents), start + len(parents), dtype=torch.bool)
+            ancestry[:, :self.fed] = True
+            for r, i in enumerate(parents):
+                slot_of[i] = start + r
+                j = i
+                while j > 0:
+                    ancestry[r, slot_of[j]] = True
+                    j = tree.parents[j]
+            toks = levels[-1][upload([nodes.index(i) for i in parents], device)][None]  # [1, m]
+            f = torch.stack([feats[tree.parents[i]] for i in parents])[None]            # [1, m, D]
+            positions = torch.full((1, len(parents)), n - 2 + d, device=device)         # [1, m]
+            pred = head(f, toks, positions, self.cache, upload(ancestry[None], device))[0]   # [m, D]
+            feats.update((i, pred[r]) for r, i in enumerate(parents))
+            logits = head.logits(pred)                                                  # [m, H]
+        return Proposal(tree=tree, on_device=torch.cat(levels))
+
     def _tree(self, root: torch.Tensor, n: int, k: int) -> Proposal:
         """Draft a token tree level by level; every node's children are its top choices (deterministic)."""
         head, device = self.head, self.head.out.device
         static = self.tree.cut(k) if self.mode == "static" else None
+        if static and not _HOST_STATIC[0]:
+            return self._static_tree(root, n, static)
         depth = static.depth if static else min(self.depth, k, self.nodes)      # N nodes reach depth N at most
         # a static tree's ranked choices needed per node path (which nodes to expand, and into how many)
         children: dict[tuple, int] = {}
