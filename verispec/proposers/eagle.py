@@ -130,6 +130,21 @@ class EagleProposer(Proposer):
         tokens = head.head_ids[torch.stack(rows)]         # [k] left on the device: the engine reads them back
         return Proposal(q=widen(torch.stack(qs), head.head_ids, head.embed.shape[0]), on_device=tokens)  # q [k, V]
 
+    def _ancestry(self, rows: list[int], slot_of: dict[int, int], parent, root: int) -> torch.Tensor:
+        """The head-cache mask [m, S] of drafted nodes `rows`, appended to the head's cache now: each sees the
+        context the head was fed, its own slot and its drafted ancestors' (parent[i], up to `root`); records
+        each row's slot in `slot_of`."""
+        start = self.cache.length
+        mask = torch.zeros(len(rows), start + len(rows), dtype=torch.bool)
+        mask[:, :self.fed] = True
+        for r, i in enumerate(rows):
+            slot_of[i] = start + r
+            j = i
+            while j != root:
+                mask[r, slot_of[j]] = True
+                j = parent[j]
+        return mask
+
     def _static_tree(self, root: torch.Tensor, n: int, tree: TokenTree) -> Proposal:
         """A static tree drafted on the device: each depth's tokens are gathered from the head's rankings of
         their parents there, and the proposal leaves them there (the engine reads them back with its
@@ -148,15 +163,7 @@ class EagleProposer(Proposer):
             parents = [i for i in nodes if tree.children(i)]
             if not parents:
                 break
-            start = self.cache.length
-            ancestry = torch.zeros(len(parents), start + len(parents), dtype=torch.bool)
-            ancestry[:, :self.fed] = True
-            for r, i in enumerate(parents):
-                slot_of[i] = start + r
-                j = i
-                while j > 0:
-                    ancestry[r, slot_of[j]] = True
-                    j = tree.parents[j]
+            ancestry = self._ancestry(parents, slot_of, tree.parents, 0)                 # [m, S]
             toks = levels[-1][upload([nodes.index(i) for i in parents], device)][None]  # [1, m]
             f = torch.stack([feats[tree.parents[i]] for i in parents])[None]            # [1, m, D]
             positions = torch.full((1, len(parents)), n - 2 + d, device=device)         # [1, m]
@@ -201,16 +208,7 @@ class EagleProposer(Proposer):
                 frontier = sorted(frontier, key=lambda i: -score[i])[:self.expand]
             if not frontier:
                 break
-            start = self.cache.length
-            ancestry = torch.zeros(len(frontier), start + len(frontier), dtype=torch.bool)
-            ancestry[:, :self.fed] = True
-            for row, i in enumerate(frontier):
-                ancestry[row, start + row] = True
-                j = parent[i]
-                while j >= 0:
-                    ancestry[row, slot_of[j]] = True
-                    j = parent[j]
-                slot_of[i] = start + row
+            ancestry = self._ancestry(frontier, slot_of, parent, -1)                   # [m, S]
             feats = torch.stack([pred_of[parent[i]] for i in frontier])[None]      # [1, m, D]
             toks = upload([[token[i] for i in frontier]], device)                  # [1, m]
             positions = torch.full((1, len(frontier)), n - 2 + d, device=device)   # [1, m]
