@@ -1,13 +1,14 @@
 """One-shot CUDA check of the engine (run on a GPU machine): correctness first, then speed, each part on its own.
 
-    python scripts/cuda_check.py [--out DIR] [--limit N] [--max-new-tokens N] [--device cuda]
+    python scripts/cuda_check.py [--out DIR] [--limit N] [--max-new-tokens N] [--device cuda] [--parts a,b]
 
 1. fixed-shape passes (`model.graphs`, CUDA graphs) against eager passes: a chain, and a token tree against each of
    its paths alone (logits max |diff|, argmax agreement);
 2. greedy output of every method equal to graphed plain decoding, and graphed plain equal to eager plain, on the
    development prompts (`bench/dev_prompts.jsonl`, N per category);
 3. the accept rule's statistical exactness test with CUDA tensors;
-4. host-device synchronisations per cycle (`torch.cuda.set_sync_debug_mode`);
+4. host-device synchronisations per cycle at T = 0 and T = 1 (`torch.cuda.set_sync_debug_mode`), with the call
+   site (file:line) of each;
 5. speed at T = 0: plain eager and graphed (bf16, fp32), every method's speedup over graphed plain (per prompt,
    side by side, median), and the verify cost T(1 + n)/T(1) of chains and trees.
 6. continuous batching (the server's `Batch`) at concurrency 1, 4 and 8: total tok/s.
@@ -20,7 +21,8 @@ bench/results`, both added to .git/info/exclude; `git reset` afterwards), split 
 under an ignored `.dev/`, and send them, then the EAGLE and Medusa folders, then the draft folder, in three calls
 to one warm machine (each call copies its part to /root/pay; the next must come within its 30 s), carrying the
 `gguf` wheel too; the last call joins the GGUF into $VERISPEC_HOME/downloads and runs this script with
-VERISPEC_KERNELS=0.
+VERISPEC_KERNELS=0 (session 34's commands: `bench/results/s34/gpu_run.sh`, which also times the code of an earlier
+commit, copied under an ignored `.old/`, with this script).
 """
 from __future__ import annotations
 

@@ -188,17 +188,20 @@ def test_top_indices_are_top_choices_left_on_the_device():
 
 
 def test_a_proposal_left_on_the_device_is_read_back_with_the_verification():
-    """`read_with` brings values (integers, and float32 bits exactly) and the proposal's tokens back in one read;
-    `tokens` reads them alone otherwise; either way the same tokens."""
+    """`read_with` brings values of any dtype back exactly, with the proposal's tokens, in one read; `tokens`
+    reads them alone otherwise; either way the same tokens."""
     p = torch.rand(3, 7)
     proposal = Proposal(on_device=torch.tensor([5, 1, 4]))
     assert proposal.size == 3 and proposal._tokens is None                    # nothing read yet
-    top, probs = proposal.read_with(torch.tensor([2, 60000]), p)
-    assert top.tolist() == [2, 60000] and top.dtype == torch.long and torch.equal(probs, p)
+    wide, small = torch.tensor([2, 2 ** 24 + 1]), torch.tensor([0.1, 1e-300], dtype=torch.float64)
+    top, probs, f64, flags = proposal.read_with(wide, p, small, torch.tensor([True, False, True]))
+    assert top.tolist() == [2, 2 ** 24 + 1] and top.dtype == torch.long and torch.equal(probs, p)   # every bit
+    assert torch.equal(f64, small) and flags.tolist() == [True, False, True]
     assert proposal.tokens == [5, 1, 4]
     again = Proposal(on_device=torch.tensor([5, 1, 4]))
     assert again.tokens == [5, 1, 4] and again == proposal
     assert Proposal([5, 1, 4]).read_with(torch.tensor([9]))[0].tolist() == [9]    # tokens on the host already
+    assert Proposal().size == 0 and Proposal().read_with() == []
 
 
 def test_draft_proposals_stay_on_the_device_until_read(tiny_dir):

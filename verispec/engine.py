@@ -213,7 +213,7 @@ class Sequence:
             proposal = self.proposer.propose(self.context(), k, cfg.sampling, self.gen) if k else Proposal([])
         start, tree = self.cache.length, proposal.tree
         if proposal.on_device is not None:                  # drafted on the device: the pass reads them there
-            tokens = torch.cat([upload([newest], device), proposal.on_device])[None]       # [1, 1+n]
+            tokens = torch.cat([upload([newest], device), proposal.on_device.to(device)])[None]   # [1, 1+n]
         else:
             tokens = upload([[newest] + proposal.tokens], device)                 # [1, 1+n]
         mask = None

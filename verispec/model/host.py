@@ -15,7 +15,7 @@ import torch
 def upload(values, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
     """Host values (a list, or a CPU tensor) -> a tensor on `device`, queued without waiting for the device."""
     host = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
-    if device.type != "cuda":
+    if device.type != "cuda" or host.device.type != "cpu":
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
 

@@ -42,7 +42,7 @@ class Proposal:
         self.q = q                      # chain: [k', vocab]; tree: [1 + n, vocab]
         self.tree = tree                # the tree the tokens fill, breadth-first (verispec.tree)
         self.on_device = on_device      # [n] int64: the tokens on the model's device, or None
-        self.size = len(tokens) if tokens is not None else on_device.numel()    # draft tokens, read or not
+        self.size = len(self._tokens) if self._tokens is not None else on_device.numel()   # drafts, read or not
 
     @property
     def tokens(self) -> list[int]:
@@ -51,15 +51,20 @@ class Proposal:
         return self._tokens
 
     def read_with(self, *values: torch.Tensor) -> list[torch.Tensor]:
-        """`values` on the host, and this proposal's tokens if still on the device, in one read. Values must be
-        integers below 2^24 or float32 when they are read with floats (they travel as float32, exactly)."""
+        """`values` on the host, and this proposal's tokens if still on the device, in one read. Each travels as
+        its raw bytes (padded to 8), so every dtype comes back exactly."""
         parts = list(values) + ([self.on_device] if self._tokens is None else [])
-        wide = torch.int64 if all(not v.is_floating_point() for v in parts) else torch.float32
-        flat = torch.cat([v.reshape(-1).to(wide) for v in parts]).cpu()
-        out, at = [], 0
+        if not parts:
+            return []
+        raw = []
         for v in parts:
-            out.append(flat[at:at + v.numel()].view(v.shape).to(v.dtype))
-            at += v.numel()
+            b = v.contiguous().reshape(-1).view(torch.uint8)
+            raw += [b, b.new_zeros(-b.numel() % 8)]
+        flat = torch.cat(raw).cpu()
+        out, at = [], 0
+        for v, b in zip(parts, raw[::2]):
+            out.append(flat[at:at + b.numel()].view(v.dtype).view(v.shape))
+            at += b.numel() + (-b.numel() % 8)
         if self._tokens is None:
             self._tokens = out.pop().tolist()
         return out
