@@ -42,7 +42,11 @@ class Proposal:
         self.q = q                      # chain: [k', vocab]; tree: [1 + n, vocab]
         self.tree = tree                # the tree the tokens fill, breadth-first (verispec.tree)
         self.on_device = on_device      # [n] int64: the tokens on the model's device, or None
-        self.size = len(self._tokens) if self._tokens is not None else on_device.numel()   # drafts, read or not
+
+    @property
+    def size(self) -> int:
+        """How many draft tokens, read back or not."""
+        return len(self._tokens) if self._tokens is not None else self.on_device.numel()
 
     @property
     def tokens(self) -> list[int]:
@@ -56,15 +60,15 @@ class Proposal:
         parts = list(values) + ([self.on_device] if self._tokens is None else [])
         if not parts:
             return []
-        raw = []
+        raw, starts, at = [], [], 0
         for v in parts:
             b = v.contiguous().reshape(-1).view(torch.uint8)
-            raw += [b, b.new_zeros(-b.numel() % 8)]
+            pad = -b.numel() % 8                                                  # each part starts 8-aligned
+            raw += [b, b.new_zeros(pad)]
+            starts.append(at)
+            at += b.numel() + pad
         flat = torch.cat(raw).cpu()
-        out, at = [], 0
-        for v, b in zip(parts, raw[::2]):
-            out.append(flat[at:at + b.numel()].view(v.dtype).view(v.shape))
-            at += b.numel() + (-b.numel() % 8)
+        out = [flat[a:a + v.numel() * v.element_size()].view(v.dtype).view(v.shape) for v, a in zip(parts, starts)]
         if self._tokens is None:
             self._tokens = out.pop().tolist()
         return out
