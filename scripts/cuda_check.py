@@ -11,7 +11,9 @@
    site (file:line) of each;
 5. speed at T = 0: plain eager and graphed (bf16, fp32), every method's speedup over graphed plain (per prompt,
    side by side, median), and the verify cost T(1 + n)/T(1) of chains and trees.
-6. continuous batching (the server's `Batch`) at concurrency 1, 4 and 8: total tok/s.
+6. continuous batching (the server's `Batch`) at concurrency 1, 4 and 8: total tok/s;
+7. where a cycle's host time goes, op by op, for EAGLE's trees and the draft model (`profile`);
+8. EAGLE's trees drafted pass by pass and in one graph, side by side (`stepwise`).
 Writes cuda_check.json to --out and prints a summary table last. `--device cpu` is a dry run: the same
 fixed-shape passes, uncaptured.
 
@@ -55,12 +57,15 @@ CONFIGS = [("ngram k4", "ngram", None, 4), ("ngram k8", "ngram", None, 8),
            ("draft k4", "draft", None, 4), ("draft k6", "draft", None, 6), ("draft-tree", "draft-tree", None, 8),
            ("medusa", "medusa", None, 8), ("medusa 15", "medusa", "15", 8),
            ("eagle chain k4", "eagle", None, 4), ("eagle auto+ngram", "eagle", "auto+ngram", 8),
-           ("eagle 15", "eagle", "15", 8), ("eagle 31", "eagle", "31", 8)]
+           ("eagle dynamic+ngram", "eagle", "dynamic+ngram", 8), ("eagle 15", "eagle", "15", 8),
+           ("eagle 31", "eagle", "31", 8)]
 
 
 # the parts of a run (`--parts`): each part's name begins with one of these
-PARTS = ("pass", "exactness", "plain", "methods", "t1", "long", "syncs", "serve", "verify")
-MAIN = ("ngram k4", "draft k4", "draft-tree", "medusa 15", "eagle chain k4", "eagle auto+ngram")
+PARTS = ("pass", "exactness", "plain", "methods", "t1", "long", "syncs", "serve", "verify", "profile", "stepwise")
+TREES = ("eagle auto+ngram", "eagle dynamic+ngram", "eagle 15", "eagle 31")   # EAGLE's trees
+MAIN = ("ngram k4", "draft k4", "draft-tree", "medusa 15", "eagle chain k4", "eagle auto+ngram",
+        "eagle dynamic+ngram", "eagle 15")
 
 
 def graphs_on(on: bool) -> None:
@@ -191,6 +196,20 @@ def methods(target: Target, prompts, max_new, repeats, temperature=0.0, eager=4,
     return out
 
 
+def stepwise(target: Target, prompts, max_new):
+    """EAGLE's trees drafted pass by pass (each head pass its own replay, as before session 35's `DraftGraph`)
+    and in one graph, against plain decoding, side by side in one run."""
+    from verispec.proposers import eagle
+    out = {}
+    for one in (False, True):
+        eagle._ONE_GRAPH[0] = one
+        try:
+            out["one graph" if one else "pass by pass"] = methods(target, prompts, max_new, 1, only=TREES)
+        finally:
+            eagle._ONE_GRAPH[0] = True
+    return out
+
+
 def plain_speed(target: Target, prompts, max_new, eager=4):
     """Plain decoding's tok/s (median over prompts), eager on the first `eager` prompts and graphed on them all."""
     tok = target.tokenizer
@@ -229,6 +248,32 @@ def syncs_per_cycle(target: Target, prompt: str, temperature: float = 0.0):
             sites[where] = sites.get(where, 0) + 1
         out[label] = {"per_cycle": round(len(caught) / cycles, 2),
                       "sites": {s: round(n / cycles, 2) for s, n in sorted(sites.items(), key=lambda x: -x[1])}}
+    return out
+
+
+def op_profile(target: Target, prompt: str, labels=("eagle 15", "eagle dynamic+ngram", "draft k4"), top=15):
+    """Where a cycle's time goes: a 48-token generation of each method under PyTorch's profiler, the ops that
+    cost the host most (self CPU ms per cycle, with their calls and device ms per cycle), so the next change
+    aims at the cost that is there."""
+    from torch.profiler import ProfilerActivity, profile
+    out = {}
+    es = engines(target)
+    for label in labels:
+        if label not in es:
+            continue
+        e, k = es[label]
+        ids = target.tokenizer.prompt_ids(prompt)
+        run(e, ids, k, target, 16)
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if target.model.device.type == "cuda" else [])
+        with profile(activities=acts) as prof:
+            r = run(e, ids, k, target, 48)
+        cycles = max(r.stats.target_passes - 1, 1)
+        rows = sorted(prof.key_averages(), key=lambda a: -a.self_cpu_time_total)[:top]
+        out[label] = {"cycles": cycles, "ms_per_cycle": round(1e3 * r.stats.time_total_s / cycles, 3),
+                      "ops": [{"op": a.key, "calls": round(a.count / cycles, 1),
+                               "self_cpu_ms": round(a.self_cpu_time_total / 1e3 / cycles, 3),
+                               "device_ms": round(getattr(a, "self_device_time_total", 0) / 1e3 / cycles, 3)}
+                              for a in rows]}
     return out
 
 
@@ -304,6 +349,7 @@ def main():
     part("plain_bf16", lambda: plain_speed(target, prompts, args.max_new_tokens))
     part("methods_bf16", lambda: methods(target, prompts, args.max_new_tokens, args.repeats))
     part("t1_methods_bf16", lambda: methods(target, prompts, args.max_new_tokens, 1, temperature=1.0, only=MAIN))
+    part("stepwise_methods_bf16", lambda: stepwise(target, prompts, args.max_new_tokens))
     if args.long:
         cats = {}
         for p in load_prompts([args.long]):
@@ -313,6 +359,7 @@ def main():
     part("syncs_per_cycle", lambda: syncs_per_cycle(target, prompts[0].prompt))
     part("syncs_per_cycle_t1", lambda: syncs_per_cycle(target, prompts[0].prompt, 1.0))
     part("serve_batch_tok_s", lambda: serve_batch(target, prompts, args.max_new_tokens))
+    part("profile_ops", lambda: op_profile(target, prompts[0].prompt))
     part("verify_cost_graphed_bf16", lambda: verify_cost(target, True))
     part("verify_cost_eager_bf16", lambda: verify_cost(target, False))
     if args.fp32:
@@ -323,8 +370,10 @@ def main():
         part("methods_fp32", lambda: methods(t32, prompts, args.max_new_tokens, 1, only=MAIN))
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "cuda_check.json").write_text(json.dumps(report, indent=1))
-    for name in ("methods_bf16", "t1_methods_bf16", "long_methods_bf16", "methods_fp32"):
-        m = report.get(name, {})
+    tables = {n: report.get(n, {}) for n in ("methods_bf16", "t1_methods_bf16", "long_methods_bf16", "methods_fp32")}
+    for how, m in (report.get("stepwise_methods_bf16") or {}).items():
+        tables[f"trees, {how}"] = m
+    for name, m in tables.items():
         if "speedup_median" not in m:
             continue
         print(f"\n{name:20s} {'tok/s':>8s} {'speedup':>8s} {'MAT':>6s} {'draft ms':>9s} {'verify ms':>9s} "

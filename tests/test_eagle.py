@@ -169,7 +169,7 @@ def test_a_static_tree_drafted_on_the_device_is_the_host_ranked_one(monkeypatch,
         context = target.tokenizer.prompt_ids(text)
         got = {}
         for host in (False, True):
-            monkeypatch.setattr(eagle, "_HOST_STATIC", [host])
+            monkeypatch.setattr(eagle, "_HOST_RANKED", [host])
             prop = EagleProposer(head, "static", tree=tree)
             prop.prepare(64)
             with torch.inference_mode():
@@ -179,6 +179,74 @@ def test_a_static_tree_drafted_on_the_device_is_the_host_ranked_one(monkeypatch,
             assert prop.cache.length == prop.fed                             # draft entries dropped
         assert got[False].on_device is not None and got[False]._tokens is None      # not read back yet
         assert got[False].tokens == got[True].tokens and got[False].tree == got[True].tree == tree
+
+
+@pytest.mark.parametrize("nodes,depth,expand", [(7, 4, 3), (12, 5, 4), (3, 2, 2), (8, 1, 4)])
+def test_a_dynamic_tree_drafted_on_the_device_is_the_host_ranked_one(monkeypatch, tiny_dir, tiny_eagle, nodes, depth,
+                                                                       expand):
+    """Dynamic trees are drafted on the device and read back once; the tree and tokens are those the host-ranked
+    drafting (`_tree`) chooses, and the head's cache is left as it was."""
+    from verispec.proposers import eagle
+    target, head, _ = load(tiny_dir, tiny_eagle[0])
+    for text in ("Count to 7", "Name three colours of the sea, please"):
+        context = target.tokenizer.prompt_ids(text)
+        got = {}
+        for host in (False, True):
+            monkeypatch.setattr(eagle, "_HOST_RANKED", [host])
+            prop = EagleProposer(head, "dynamic", nodes=nodes, depth=depth, expand=expand)
+            prop.prepare(64)
+            with torch.inference_mode():
+                prop.observe(target.model(torch.tensor([context[:-1]]), torch.arange(len(context) - 1)[None],
+                                          None)[0])
+            got[host] = prop.propose(context, depth, SamplingConfig(0.0), torch.Generator())
+            assert prop.cache.length == prop.fed                             # draft entries dropped
+        assert got[False].tree.size == min(nodes, expand if depth == 1 else nodes)
+        assert got[False].tokens == got[True].tokens and got[False].tree.choices == got[True].tree.choices
+
+
+@pytest.mark.parametrize("shape", [(4,), (2, 1, 1), (3, 2, 2, 1), (8, 4, 2, 1), "dynamic", "dynamic:3", "chain",
+                                   "chain:1"])
+def test_a_tree_drafted_in_one_graph_is_the_pass_by_pass_one(monkeypatch, tiny_dir, tiny_eagle, shape):
+    """On a graphed device a tree's whole draft is one replayed graph (`DraftGraph`); here uncaptured, on the CPU.
+    Its tokens are bit for bit those of drafting depth by depth through the graphed head passes, for static and
+    dynamic trees and for chains (greedy, and sampled at T = 1 with their q), after contexts that leave the head's
+    cache at several lengths, and the draft entries are dropped again."""
+    from verispec.model import graphs
+    from verispec.proposers import eagle
+    from verispec.tree import topk_per_depth
+    monkeypatch.setattr(graphs, "_everywhere", [True])
+    target, head, _ = load(tiny_dir, tiny_eagle[0])
+    tree = None if isinstance(shape, str) else topk_per_depth(list(shape))
+    text = "Name three colours of the sea, and then count from one to twenty, please"
+    full = target.tokenizer.prompt_ids(text)
+    with torch.inference_mode():
+        feats = target.model(torch.tensor([full]), torch.arange(len(full))[None], None)[0]      # [n, D]
+    got = {}
+    for one in (True, False):
+        monkeypatch.setattr(eagle, "_ONE_GRAPH", [one])
+        if shape == "chain" or shape == "chain:1":
+            prop = EagleProposer(head)
+        elif tree is None:
+            prop = EagleProposer(head, "dynamic", nodes=9, depth=4, expand=int(shape[8:] or 4))
+        else:
+            prop = EagleProposer(head, "static", tree=tree)
+        prop.prepare(128)
+        got[one], seen = [], 0
+        for end in (6, 9, 10, 17, len(full)):                     # accepted runs of several lengths
+            prop.observe(feats[seen:end - 1])
+            seen = end - 1
+            sampling = SamplingConfig(1.0 if shape == "chain:1" else 0.0)
+            proposal = prop.propose(full[:end], 4 if tree is None else len(shape), sampling,
+                                    torch.Generator().manual_seed(end))
+            if proposal.tree is None:                             # a chain: its tokens and q
+                got[one].append((proposal.tokens, proposal.q.tolist()))
+            else:
+                got[one].append((proposal.tokens, proposal.tree.choices))
+            assert prop.cache.length == prop.fed                 # draft entries dropped
+        assert bool(prop.graphs) == one                          # the one-graph path ran (or not)
+    assert got[True] == got[False] and all(len(t) == len(c) > 1 for t, c in got[True])
+    if shape == "chain:1":
+        assert len({tuple(t) for t, _ in got[True]}) > 1                      # sampled: not one fixed answer
 
 
 def test_drafting_logits_are_row_invariant_and_training_still_has_gradients(tiny_dir, tiny_eagle):
@@ -259,9 +327,10 @@ def test_the_copying_audit_fails_a_planted_bias(copied, capsys, monkeypatch):
 
 @pytest.mark.parametrize("tree", ["chain", "dynamic"])
 def test_eagle_audit_fails_a_planted_bias(capsys, tiny_dir, tiny_eagle, tree, monkeypatch):
-    """The same audit FAILS when the verifier takes the argmax at the end of every speculative cycle."""
+    """The same audit FAILS when the verifier's wiring is wrong: a chain takes the argmax at the end of every
+    speculative cycle; a tree emits the draw at the root where its accepted path ends deeper."""
     import verispec.engine
-    chain, trees = verispec.engine.verify_chain, verispec.engine.verify_tree
+    chain, walk = verispec.engine.verify_chain, verispec.engine.greedy_tree
 
     def greedy_chain(p, q, draft, u_accept, u_final, num_draft=None):
         n, nxt = chain(p, q, draft, u_accept, u_final, num_draft)
@@ -269,11 +338,11 @@ def test_eagle_audit_fails_a_planted_bias(capsys, tiny_dir, tiny_eagle, tree, mo
             return n, nxt
         return n, p[torch.arange(p.shape[0]), n].argmax(-1)
 
-    def greedy_tree(p, q, tokens, tree_, u_accept, u_final):
-        path, _ = trees(p, q, tokens, tree_, u_accept, u_final)
-        return path, int(p[path[-1] if path else 0].argmax())
+    def root_draw(top, tokens, tree_):
+        path, nxt = walk(top, tokens, tree_)
+        return path, top[0] if path else nxt
     monkeypatch.setattr(verispec.engine, "verify_chain", greedy_chain)
-    monkeypatch.setattr(verispec.engine, "verify_tree", greedy_tree)
+    monkeypatch.setattr(verispec.engine, "greedy_tree", root_draw)
     code = main(["audit", "--model", str(tiny_dir), "--method", "eagle", "--draft", str(tiny_eagle[0]), "--tree",
                  tree] + EAGLE_AUDIT)
     out = capsys.readouterr().out

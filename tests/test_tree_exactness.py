@@ -9,7 +9,7 @@ from test_exactness import START, V, exact_joint, gof_pvalue, tables
 
 from verispec.sampling import SamplingConfig, probs, sample
 from verispec.tree import topk_per_depth
-from verispec.verify import verify_tree
+from verispec.verify import verify_tree, verify_tree_drawn
 
 RUNS = 12_000
 
@@ -46,15 +46,42 @@ def simulate_tree(p_table, q_table, tree, M, rule, iid, seed):
     return torch.tensor(out)
 
 
-@pytest.mark.parametrize("iid,temperature,top_p", [(False, 1.0, 1.0), (True, 1.0, 1.0), (False, 0.7, 0.9),
-                                                   (True, 1.3, 1.0)])
-def test_tree_sampling_matches_target_distribution(iid, temperature, top_p):
+def drawn_rule(p, q, tokens, tree, u_accept, u_final):
+    """`verify_tree_drawn` in `simulate_tree`'s signature: u_accept[i] is node i's uniform."""
+    assert q is None
+    return verify_tree_drawn(p, tokens, tree, u_accept)
+
+
+@pytest.mark.parametrize("rule,iid,temperature,top_p", [(verify_tree, False, 1.0, 1.0), (verify_tree, True, 1.0, 1.0),
+                                                        (verify_tree, False, 0.7, 0.9), (verify_tree, True, 1.3, 1.0),
+                                                        (drawn_rule, False, 1.0, 1.0), (drawn_rule, False, 0.7, 0.9)])
+def test_tree_sampling_matches_target_distribution(rule, iid, temperature, top_p):
     cfg = SamplingConfig(temperature=temperature, top_p=top_p)
     target_logits, draft_logits = tables(seed=17)
     p, q = probs(target_logits, cfg), probs(draft_logits, cfg)
     tree = topk_per_depth([2, 2])
-    samples = simulate_tree(p, q, tree, 3, verify_tree, iid, seed=3)
+    samples = simulate_tree(p, q, tree, 3, rule, iid, seed=3)
     assert gof_pvalue(samples, exact_joint(p, 3)) > 1e-3
+
+
+def test_drawn_rule_accepts_as_often_as_the_general_rule():
+    """One draw a node accepts each child with the probability the child-by-child rule gives it, p(x) at the
+    root's children: over many uniforms the two rules' accepted first nodes agree in frequency."""
+    cfg = SamplingConfig(temperature=1.0)
+    target_logits, _ = tables(seed=17)
+    p = probs(target_logits, cfg)
+    tree = topk_per_depth([3])
+    rows = torch.stack([p[START]] * (1 + tree.size))
+    tokens = [int(t) for t in p[START].argsort(descending=True)[:3]]
+    g = torch.Generator().manual_seed(0)
+    counts = torch.zeros(2, 4)
+    for _ in range(4000):
+        for r, path in enumerate((verify_tree(rows, None, tokens, tree, torch.rand(4, generator=g),
+                                              torch.rand((), generator=g))[0],
+                                  verify_tree_drawn(rows, tokens, tree, torch.rand(4, generator=g))[0])):
+            counts[r, path[0] if path else 0] += 1
+    want = torch.tensor([1 - float(p[START, tokens].sum())] + [float(p[START, t]) for t in tokens])
+    assert (counts / 4000 - want).abs().max() < 0.03, (counts / 4000, want)
 
 
 def stale_residual_rule(p, q, tokens, tree, u_accept, u_final):

@@ -105,13 +105,14 @@ class NodeProbs:
 
 
 class _Top:
-    """The target's argmax at a tree's nodes, read from `NodeProbs` (one-hot there at temperature 0) on demand."""
+    """The target's token at a tree's nodes, from `NodeProbs` on demand: its argmax (u None: p is one-hot at
+    temperature 0), or its draw with uniform u[node] (`verify_tree_drawn`)."""
 
-    def __init__(self, p: NodeProbs):
-        self.p = p
+    def __init__(self, p: NodeProbs, u: torch.Tensor | None = None):
+        self.p, self.u = p, u
 
     def __getitem__(self, node: int) -> int:
-        return int(top_tokens(self.p[node]))
+        return int(top_tokens(self.p[node]) if self.u is None else sample(self.p[node], self.u[node]))
 
 
 class Sequence:
@@ -271,28 +272,34 @@ class Sequence:
     def _verify_tree(self, step: Pass, hidden: torch.Tensor, logits: torch.Tensor | None):
         """Accept a root-to-node path of the tree; keep only that path in the cache. Without `logits`, exact
         acceptance of a big tree on the row-invariant kernels computes p only at the nodes it reads (`NodeProbs`)."""
-        proposal, tree = step.proposal, step.proposal.tree
-        lazy = logits is None and 1 + tree.size > LAZY_ROWS and self.cfg.acceptance == "exact"
-        greedy = self.cfg.sampling.greedy and self.cfg.acceptance == "exact"
+        proposal, tree, cfg = step.proposal, step.proposal.tree, self.cfg
+        exact = cfg.acceptance == "exact"
+        greedy = cfg.sampling.greedy and exact
+        iid = proposal.q is not None and not greedy       # children drawn from q: the general rule, on the host
+        lazy = logits is None and 1 + tree.size > LAZY_ROWS and exact
+        u = u_final = None
+        if not greedy:
+            u = torch.rand(1 + tree.size, generator=self.gen)                     # [1+n] one per node
+            u_final = torch.rand((), generator=self.gen)
+        top = p = None
         if lazy and ops.invariant(hidden):
-            p = NodeProbs(self.target, hidden[0], tree, self.cfg.sampling)        # [1+n, V], row by row
-            top = _Top(p) if greedy else None
+            p = NodeProbs(self.target, hidden[0], tree, cfg.sampling)             # [1+n, V], row by row
+            top = None if iid else _Top(p, u)
         else:
             logits = self.target.logits(hidden) if logits is None else logits    # [1, 1+n, V]
             if greedy:                            # p one-hot: the rule reduces to following the argmax
-                p, top = None, proposal.read_with(top_tokens(logits[0]))[0].tolist()   # one read a cycle
+                top = proposal.read_with(top_tokens(logits[0]))[0].tolist()       # one read a cycle
+            elif exact and not iid:               # one draw a node (`verify_tree_drawn`), read back at once
+                draws = sample(probs(logits, cfg.sampling)[0], upload(u, hidden.device))   # [1+n]
+                top = proposal.read_with(draws)[0].tolist()
             else:                                 # the rule reads p node by node: on the host, read at once
-                p, = proposal.read_with(probs(logits, self.cfg.sampling)[0])      # [1+n, V]
-        if greedy:
+                p, = proposal.read_with(probs(logits, cfg.sampling)[0])           # [1+n, V]
+        if top is not None:
             path, next_token = greedy_tree(top, proposal.tokens, tree)
+        elif not exact:                                                            # LOSSY
+            path, next_token = verify_tree_typical(p, proposal.tokens, tree, u_final)
         else:
-            u_accept = torch.rand(1 + tree.size, generator=self.gen)
-            u_final = torch.rand((), generator=self.gen)
-            if self.cfg.acceptance == "typical":                                   # LOSSY
-                path, next_token = verify_tree_typical(p, proposal.tokens, tree, u_final)
-            else:
-                q = None if proposal.q is None else proposal.q.cpu()              # where p is
-                path, next_token = verify_tree(p, q, proposal.tokens, tree, u_accept, u_final)
+            path, next_token = verify_tree(p, proposal.q.cpu(), proposal.tokens, tree, u, u_final)
         kept = torch.tensor([0] + path)                                            # newest + accepted path
         self.cache.compact(step.start, kept)
         accepted = [proposal.tokens[i - 1] for i in path]

@@ -127,6 +127,20 @@ def verify_tree(p: torch.Tensor, q: torch.Tensor | None, node_tokens: list[int],
             return path, int(sample(r, u_final))                              # recovered token
 
 
+def verify_tree_drawn(p: torch.Tensor, node_tokens: list[int], tree, u: torch.Tensor) -> tuple[list[int], int]:
+    """`verify_tree` for deterministic children (q one-hot at each child: top-k ranks, n-grams), one draw a node.
+
+    p: [1 + n, vocab] as for `verify_tree`; u: [1 + n] uniforms, u[i] for node i (0: the root).
+    With one-hot q, the children x_1, x_2, ... of a node are tried in order: x_j is accepted with probability
+    p(x_j) / (1 - p(x_1) - ... - p(x_{j-1})) once the earlier ones are rejected (the residual r is p with them
+    removed, renormalised), so with probability p(x_j) in all; if none is, the recovered token comes from p
+    restricted to the other tokens. That is the law of one token y ~ p at the node: move to the child holding y,
+    or stop and emit y (a recovered token, or the bonus at a leaf). So draw y at every node at once and follow the
+    draws exactly as `greedy_tree` follows the argmax. Nothing reads p node by node: on a GPU the draws come back
+    in one read. Returns (accepted node indices in order, next token), distributed as `verify_tree`'s."""
+    return greedy_tree(sample(p, u).tolist(), node_tokens, tree)
+
+
 def greedy_chain(top: list[int], draft_tokens: list[int]) -> tuple[int, int]:
     """`verify_chain` at temperature 0, one sequence: p is one-hot at the target's argmax top[i] (position i, before
     draft token i; top has k + 1 entries), so whatever q, draft token i is accepted exactly when it equals top[i]
@@ -143,7 +157,8 @@ def greedy_tree(top, node_tokens: list[int], tree) -> tuple[list[int], int]:
     """`verify_tree` at temperature 0: top[i] is the target's argmax at the root (0) and node i (a list, or
     anything indexable that computes it on demand). From the root, the first child holding the node's argmax is
     accepted (rejected children leave r one-hot at it); where none does, or at a leaf, that argmax is the recovered
-    or bonus token. Returns (accepted node indices in order, next token), as `verify_tree` does on one-hot p."""
+    or bonus token. Returns (accepted node indices in order, next token), as `verify_tree` does on one-hot p.
+    At T > 0 `verify_tree_drawn` follows a draw from p at each node the same way."""
     node, path = 0, []
     while True:
         want = top[node]

@@ -27,15 +27,18 @@ import copy
 
 import torch
 
+from ..model import graphs
 from ..model.eagle import EagleHead
 from ..model.host import upload
-from ..sampling import SamplingConfig, probs, sample, top_tokens
+from ..sampling import SamplingConfig
 from ..tree import TokenTree, build_tree, tree_from_acceptance
-from .base import Proposal, Proposer, top_choices, top_indices, widen
+from .base import Proposal, Proposer, top_choices, widen
+from .eagle_graph import DraftGraph, chain_draft, dynamic_draft, eager_pass, plan_static, static_draft
 from .ngram import lookup_first
 
 
-_HOST_STATIC = [False]          # tests: static trees drafted the older way, ranked on the host (`_tree`)
+_HOST_RANKED = [False]          # tests: trees drafted the older way, ranked on the host (`_tree`)
+_ONE_GRAPH = [True]             # tests: False drafts a tree pass by pass on a graphed device too
 
 
 class EagleProposer(Proposer):
@@ -61,10 +64,13 @@ class EagleProposer(Proposer):
         if mode == "dynamic" and acceptance:
             self.expected_accepted = tree_from_acceptance(acceptance, nodes)[1]
         self.cache, self.feats, self.known, self.fed, self.root = None, None, 0, 0, None
+        self.plans: dict[tuple, list] = {}                   # a static tree's drafting plan, per tree
+        self.graphs: dict[tuple, DraftGraph] = {}            # a tree's whole draft, per shape (graphed device)
 
     def fork(self) -> "EagleProposer":
         twin = copy.copy(self)
         twin.cache, twin.feats, twin.known, twin.fed, twin.root = None, None, 0, 0, None
+        twin.graphs = {}
         return twin
 
     def prepare(self, capacity: int) -> None:
@@ -72,6 +78,7 @@ class EagleProposer(Proposer):
         if self.cache is None or self.cache.capacity < capacity + spare:
             d = self.head.cfg.hidden_size
             self.cache = self.head.new_cache(capacity + spare)
+            self.graphs = {}                                 # they write into the old cache
             self.feats = torch.empty(self.cache.capacity, d, dtype=self.head.out.dtype,    # (a graphed device
                                      device=self.head.out.device)                     # rounds capacities up)
         self.cache.truncate(0)
@@ -116,19 +123,12 @@ class EagleProposer(Proposer):
         return self.root
 
     def _chain(self, f: torch.Tensor, n: int, k: int, sampling: SamplingConfig, generator) -> Proposal:
-        head, device = self.head, self.head.out.device
-        rows, qs = [], []
-        for i in range(k):              # drafted tokens stay on the device until the chain is complete
-            logits = head.logits(f[0, -1])                                        # [H]
-            q = probs(logits, sampling)                                           # [H]
-            rows.append(top_tokens(logits) if sampling.greedy
-                        else sample(q, upload(torch.rand((), generator=generator), device)))
-            qs.append(q)
-            if i + 1 < k:                                                         # f^ of the token just drafted
-                f = head(f, head.head_ids[rows[-1].view(1)].view(1, 1), torch.full((1, 1), n - 1 + i, device=device),
-                         self.cache)
-        tokens = head.head_ids[torch.stack(rows)]         # [k] left on the device: the engine reads them back
-        return Proposal(q=widen(torch.stack(qs), head.head_ids, head.embed.shape[0]), on_device=tokens)  # q [k, V]
+        """k tokens sampled from the head's q (`chain_draft`), left on the device with q [k, V]."""
+        head = self.head
+        u = None if sampling.greedy else torch.rand(k, generator=generator)                 # [k]
+        rows, q = self._on_device(("chain", k, sampling), lambda r, run, x: chain_draft(head, k, sampling, r, run, x),
+                                  [(i, 1) for i in range(k - 1)], f[0, 0], n, u)
+        return Proposal(q=widen(q, head.head_ids, head.embed.shape[0]), on_device=head.head_ids[rows])
 
     def _ancestry(self, rows: list[int], slot_of: dict[int, int], parent, root: int) -> torch.Tensor:
         """The head-cache mask [m, S] of drafted nodes `rows`, appended to the head's cache now: each sees the
@@ -145,40 +145,58 @@ class EagleProposer(Proposer):
                 j = parent[j]
         return mask
 
+    def _on_device(self, key: tuple, draft, passes: list[tuple[int, int]], root: torch.Tensor, n: int,
+                   extra: torch.Tensor | None = None):
+        """draft(root [D], head_pass, extra) run on the device: on a graphed device as one replayed graph per
+        (cache, key) (`DraftGraph`), where the head cache has room for its head passes (used, m) padded to their
+        row buckets; else eagerly. extra: a host tensor the draft reads on the device (a chain's uniforms)."""
+        device, start = self.head.out.device, self.cache.length
+        extra = None if extra is None else upload(extra, device)
+        extent = max((used + graphs.bucket(m) for used, m in passes), default=0)
+        if graphs.enabled(device) and _ONE_GRAPH[0] and start + extent <= self.cache.capacity:
+            g = self.graphs.get(key)
+            if g is None:
+                g = self.graphs[key] = DraftGraph(self.head, self.cache, draft, device.type == "cuda")
+            return g(root, start, n, extra)
+        return draft(root, eager_pass(self.head, self.cache, n), extra)
+
     def _static_tree(self, root: torch.Tensor, n: int, tree: TokenTree) -> Proposal:
-        """A static tree drafted on the device: each depth's tokens are gathered from the head's rankings of
-        their parents there, and the proposal leaves them there (the engine reads them back with its
-        verification). The same choices as `_tree`'s, ties included (`top_indices`)."""
-        head, device = self.head, self.head.out.device
-        feats = {0: root[0, 0]}                            # node -> the head's predicted feature (0: the root)
-        slot_of: dict[int, int] = {}                       # node -> its slot in the head's cache
-        parents, logits, levels = [0], head.logits(root[0, 0])[None], []     # logits [m, H]: the parents' rows
-        for d in range(1, tree.depth + 1):
-            nodes = [i for i in range(1, tree.size + 1) if tree.depths[i] == d]        # breadth-first: in order
-            widths = [1 + max(tree.rank(c) for c in tree.children(p)) for p in parents]
-            flat, at = top_indices(logits.float().log_softmax(-1), widths)
-            row = {p: r for r, p in enumerate(parents)}
-            picks = upload([at[row[tree.parents[i]]] + tree.rank(i) for i in nodes], device)
-            levels.append(head.head_ids[flat[picks]])                                  # [m] token ids
-            parents = [i for i in nodes if tree.children(i)]
-            if not parents:
+        """A static tree drafted on the device (`static_draft`), left there: the engine reads the tokens back with
+        its verification. The same choices as `_tree`'s, ties included."""
+        plan = self.plans.get(tree.choices)
+        if plan is None:
+            plan = self.plans[tree.choices] = plan_static(tree, self.head.out.device)
+        tokens = self._on_device(("static", tree.choices), lambda r, run, _: static_draft(self.head, plan, r, run),
+                                 [(d.used, d.m) for d in plan if d.m], root[0, 0], n)
+        return Proposal(tree=tree, on_device=tokens)
+
+    def _dynamic_tree(self, root: torch.Tensor, n: int, depth: int) -> Proposal:
+        """EAGLE-2's tree drafted on the device (`dynamic_draft`), read back once: the same tree as `_tree`'s."""
+        E = self.expand
+        drafted = self._on_device(("dynamic", depth), lambda r, run, _: dynamic_draft(self.head, E, depth, r, run),
+                                  [(d * E, E) for d in range(depth - 1)], root[0, 0], n)
+        order, parent, token = drafted.tolist()                                     # one read
+        path: list[tuple] = []
+        for i, p in enumerate(parent):                    # siblings are consecutive, in rank order
+            path.append((path[p] if p >= 0 else ()) + ((i if p < 0 else i - E) % E,))
+        keep, chosen = [], set()                          # the `nodes` most confident, parents first
+        for i in order:
+            if len(keep) == self.nodes:
                 break
-            ancestry = self._ancestry(parents, slot_of, tree.parents, 0)                 # [m, S]
-            toks = levels[-1][upload([nodes.index(i) for i in parents], device)][None]  # [1, m]
-            f = torch.stack([feats[tree.parents[i]] for i in parents])[None]            # [1, m, D]
-            positions = torch.full((1, len(parents)), n - 2 + d, device=device)         # [1, m]
-            pred = head(f, toks, positions, self.cache, upload(ancestry[None], device))[0]   # [m, D]
-            feats.update((i, pred[r]) for r, i in enumerate(parents))
-            logits = head.logits(pred)                                                  # [m, H]
-        return Proposal(tree=tree, on_device=torch.cat(levels))
+            if parent[i] < 0 or parent[i] in chosen:
+                keep.append(i)
+                chosen.add(i)
+        tree = build_tree([path[i] for i in keep])
+        by_path = {path[i]: self.ids[token[i]] for i in keep}
+        return Proposal([by_path[c] for c in tree.choices], None, tree)
 
     def _tree(self, root: torch.Tensor, n: int, k: int) -> Proposal:
         """Draft a token tree level by level; every node's children are its top choices (deterministic)."""
         head, device = self.head, self.head.out.device
         static = self.tree.cut(k) if self.mode == "static" else None
-        if static and not _HOST_STATIC[0]:
-            return self._static_tree(root, n, static)
         depth = static.depth if static else min(self.depth, k, self.nodes)      # N nodes reach depth N at most
+        if not _HOST_RANKED[0]:
+            return self._static_tree(root, n, static) if static else self._dynamic_tree(root, n, depth)
         # a static tree's ranked choices needed per node path (which nodes to expand, and into how many)
         children: dict[tuple, int] = {}
         for c in static.choices if static else ():
