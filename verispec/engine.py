@@ -27,7 +27,7 @@ from .model.llama import Llama
 from .proposers.base import Proposal, Proposer
 from .sampling import SamplingConfig, probs, sample, top_tokens
 from .stats import GenerationStats
-from .verify import greedy_chain, greedy_tree, verify_chain, verify_tree, verify_tree_typical
+from .verify import greedy_chain, greedy_tree, tree_draws, verify_chain, verify_tree, verify_tree_typical
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,7 @@ class _Top:
         self.p, self.u = p, u
 
     def __getitem__(self, node: int) -> int:
-        return int(top_tokens(self.p[node]) if self.u is None else sample(self.p[node], self.u[node]))
+        return int(top_tokens(self.p[node]) if self.u is None else tree_draws(self.p[node], self.u[node]))
 
 
 class Sequence:
@@ -290,7 +290,7 @@ class Sequence:
             if greedy:                            # p one-hot: the rule reduces to following the argmax
                 top = proposal.read_with(top_tokens(logits[0]))[0].tolist()       # one read a cycle
             elif exact and not iid:               # one draw a node (`verify_tree_drawn`), read back at once
-                draws = sample(probs(logits, cfg.sampling)[0], upload(u, hidden.device))   # [1+n]
+                draws = tree_draws(probs(logits, cfg.sampling)[0], upload(u, hidden.device))   # [1+n]
                 top = proposal.read_with(draws)[0].tolist()
             else:                                 # the rule reads p node by node: on the host, read at once
                 p, = proposal.read_with(probs(logits, cfg.sampling)[0])           # [1+n, V]

@@ -138,7 +138,12 @@ def verify_tree_drawn(p: torch.Tensor, node_tokens: list[int], tree, u: torch.Te
     or stop and emit y (a recovered token, or the bonus at a leaf). So draw y at every node at once and follow the
     draws exactly as `greedy_tree` follows the argmax. Nothing reads p node by node: on a GPU the draws come back
     in one read. Returns (accepted node indices in order, next token), distributed as `verify_tree`'s."""
-    return greedy_tree(sample(p, u).tolist(), node_tokens, tree)
+    return greedy_tree(tree_draws(p, u).tolist(), node_tokens, tree)
+
+
+def tree_draws(p: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """The token `verify_tree_drawn` draws at each node: p [1 + n, vocab], u [1 + n] -> [1 + n] ids, where p is."""
+    return sample(p, u)
 
 
 def greedy_chain(top: list[int], draft_tokens: list[int]) -> tuple[int, int]:

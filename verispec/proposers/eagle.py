@@ -152,8 +152,10 @@ class EagleProposer(Proposer):
         row buckets; else eagerly. extra: a host tensor the draft reads on the device (a chain's uniforms)."""
         device, start = self.head.out.device, self.cache.length
         extra = None if extra is None else upload(extra, device)
-        extent = max((used + graphs.bucket(m) for used, m in passes), default=0)
-        if graphs.enabled(device) and _ONE_GRAPH[0] and start + extent <= self.cache.capacity:
+        buckets = [graphs.bucket(m) for _, m in passes]
+        fits = None not in buckets and start + max((u + b for (u, _), b in zip(passes, buckets)), default=0) \
+            <= self.cache.capacity and n + len(passes) < len(self.head.decoder._rope[0])     # positions tabled
+        if graphs.enabled(device) and _ONE_GRAPH[0] and fits:
             g = self.graphs.get(key)
             if g is None:
                 g = self.graphs[key] = DraftGraph(self.head, self.cache, draft, device.type == "cuda")

@@ -144,13 +144,15 @@ def eager_pass(head, cache, n: int):
 
 class DraftGraph:
     """A drafting function (`static_draft`, `dynamic_draft` or `chain_draft`, as draft(root, head_pass, extra))
-    over one head cache,
-    with fixed-shape head passes: `__call__(root, start, n)` -> its output, ours to keep. Captured as a CUDA graph
-    on first use where `capture`; else run as is (the CPU, uncaptured, for tests)."""
+    over one head cache, with fixed-shape head passes: `__call__(root, start, n, extra)` -> its output, ours to
+    keep. Captured as a CUDA graph on first use where `capture`; else run as is (the CPU, uncaptured, for tests).
+    The graph reads the head's RoPE table where it was at capture: it holds that table, and captures again when
+    the head has grown a new one."""
 
     def __init__(self, head, cache, draft, capture: bool):
         dev = head.out.device
         self.head, self.layers, self.draft = head, cache.layers, draft
+        self.rope = None                                  # the (cos, sin) tables the graph reads (see above)
         self.root = torch.zeros(head.cfg.hidden_size, dtype=head.out.dtype, device=dev)    # [D]   inputs,
         self.start = torch.zeros((), dtype=torch.long, device=dev)                         # []    filled
         self.newest = torch.zeros((), dtype=torch.long, device=dev)                        # []    each call
@@ -191,6 +193,8 @@ class DraftGraph:
             self.extra.copy_(extra)
         if not self.capture:
             return self.draft(self.root, self._pass, self.extra)
+        if self.rope is not self.head.decoder._rope:     # an eager pass grew the table: capture again
+            self.graph, self.rope = None, self.head.decoder._rope
         if self.graph is None:                     # warm up on a side stream, then capture (as `graphs._Pass`)
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
