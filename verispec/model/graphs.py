@@ -121,18 +121,26 @@ class _Pass:
         """The pass over the loaded inputs -> its output [1, R, D] (static: valid until the next run)."""
         if not self.capture:
             return self._body()
-        if self.graph is None:                     # warm up on a side stream, then capture (PyTorch's recipe)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):                 # (the same keys and values as the replay will write)
-                    self._body()
-            torch.cuda.current_stream().wait_stream(side)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph, pool=self.pool):
-                self.out = self._body()
+        if self.graph is None:                     # (warm-up writes the same keys and values as the replay will)
+            self.graph, self.out = capture(self._body, self.pool)
         self.graph.replay()
         return self.out
+
+
+def capture(body, pool):
+    """body() captured as a CUDA graph in memory pool `pool` -> (graph, its output, static: valid until the next
+    replay). PyTorch's recipe: two warm-up runs on a side stream first (first-use allocations and lazy set-up stay
+    out of the graph)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            body()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = body()
+    return graph, out
 
 
 class GraphRunner:

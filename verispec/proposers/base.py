@@ -141,12 +141,12 @@ def _by_width(widths: list[int]) -> dict[int, list[int]]:
     return groups
 
 
-def _rows(scores: torch.Tensor, rows: list[int]) -> torch.Tensor:
-    """scores[rows], without a wait for the device: a slice where the rows are consecutive, else an index
-    uploaded asynchronously (indexing by a list copies it to the device and waits)."""
+def _select(rows: list[int], device) -> slice | torch.Tensor:
+    """What picks `rows` out of a scores tensor without a wait for the device: a slice where they are consecutive,
+    else an index uploaded asynchronously (indexing by a list copies it to the device and waits)."""
     if rows == list(range(rows[0], rows[-1] + 1)):
-        return scores[rows[0]:rows[-1] + 1]
-    return scores.index_select(0, upload(rows, scores.device))
+        return slice(rows[0], rows[-1] + 1)
+    return upload(rows, device)
 
 
 def top_choices(scores: torch.Tensor, widths: list[int]) -> list[list[tuple[float, int]]]:
@@ -155,7 +155,7 @@ def top_choices(scores: torch.Tensor, widths: list[int]) -> list[list[tuple[floa
     groups = _by_width(widths)
     parts = []
     for w, rows in groups.items():
-        top = _rows(scores, rows).topk(w)                                      # [len(rows), w]
+        top = scores[_select(rows, scores.device)].topk(w)                      # [len(rows), w]
         parts.append(torch.cat([top.values.float(), top.indices.float()], -1).flatten())   # ids < 2^24: exact
     flat = torch.cat(parts).tolist() if parts else []
     out: list = [None] * len(widths)
@@ -167,13 +167,25 @@ def top_choices(scores: torch.Tensor, widths: list[int]) -> list[list[tuple[floa
     return out
 
 
-def top_indices(scores: torch.Tensor, widths: list[int]) -> tuple[torch.Tensor, list[int]]:
-    """`top_choices`' indices, left on the device: (flat, at), where row r's j-th best index is flat[at[r] + j].
-    The same indices, in the same order, as `top_choices` gives."""
-    parts, at, offset = [], [0] * len(widths), 0
+def rank_plan(widths: list[int], device) -> tuple[list[tuple[int, slice | torch.Tensor]], list[int]]:
+    """How `ranked` ranks rows of these widths: (groups, at), groups [(w, rows' selector)], and row r's j-th best
+    index lands at flat[at[r] + j]. A plan made once serves every call (a captured graph's too)."""
+    groups, at, offset = [], [0] * len(widths), 0
     for w, rows in _by_width(widths).items():
-        parts.append(_rows(scores, rows).topk(w).indices.flatten())            # [len(rows) * w]
+        groups.append((w, _select(rows, device)))
         for j, r in enumerate(rows):
             at[r] = offset + j * w
         offset += len(rows) * w
-    return torch.cat(parts), at
+    return groups, at
+
+
+def ranked(scores: torch.Tensor, groups: list[tuple[int, slice | torch.Tensor]]) -> torch.Tensor:
+    """scores [m, H] -> the rows' best indices by `rank_plan`'s groups, flat, on the device."""
+    return torch.cat([scores[sel].topk(w).indices.flatten() for w, sel in groups])
+
+
+def top_indices(scores: torch.Tensor, widths: list[int]) -> tuple[torch.Tensor, list[int]]:
+    """`top_choices`' indices, left on the device: (flat, at), where row r's j-th best index is flat[at[r] + j].
+    The same indices, in the same order, as `top_choices` gives."""
+    groups, at = rank_plan(widths, scores.device)
+    return ranked(scores, groups), at

@@ -181,16 +181,7 @@ class EagleProposer(Proposer):
         path: list[tuple] = []
         for i, p in enumerate(parent):                    # siblings are consecutive, in rank order
             path.append((path[p] if p >= 0 else ()) + ((i if p < 0 else i - E) % E,))
-        keep, chosen = [], set()                          # the `nodes` most confident, parents first
-        for i in order:
-            if len(keep) == self.nodes:
-                break
-            if parent[i] < 0 or parent[i] in chosen:
-                keep.append(i)
-                chosen.add(i)
-        tree = build_tree([path[i] for i in keep])
-        by_path = {path[i]: self.ids[token[i]] for i in keep}
-        return Proposal([by_path[c] for c in tree.choices], None, tree)
+        return _most_confident(order, parent, path, [self.ids[t] for t in token], self.nodes)
 
     def _tree(self, root: torch.Tensor, n: int, k: int) -> Proposal:
         """Draft a token tree level by level; every node's children are its top choices (deterministic)."""
@@ -236,18 +227,25 @@ class EagleProposer(Proposer):
             for row, i in enumerate(frontier):
                 pred_of[i] = pred[row]
             add_children(frontier, head.logits(pred))                              # logits [m, H]
-        if static:
-            wanted = set(static.choices)
-            keep = [i for i in range(len(token)) if path[i] in wanted]
-        else:   # rerank: the `nodes` most confident; a parent scores at least its child, so parents come first
-            keep, chosen = [], set()
-            for i in sorted(range(len(token)), key=lambda i: (-score[i], len(path[i]))):
-                if len(keep) == self.nodes:
-                    break
-                if parent[i] < 0 or parent[i] in chosen:
-                    keep.append(i)
-                    chosen.add(i)
-        # kept siblings are their parent's top choices (same parent score, so rank order), ranks 0, 1, ...
-        tree = static or build_tree([path[i] for i in keep])
-        by_path = {path[i]: token[i] for i in keep}
-        return Proposal([by_path[c] for c in tree.choices], None, tree)
+        if not static:
+            order = sorted(range(len(token)), key=lambda i: (-score[i], len(path[i])))
+            return _most_confident(order, parent, path, token, self.nodes)
+        wanted = set(static.choices)
+        by_path = {path[i]: token[i] for i in range(len(token)) if path[i] in wanted}
+        return Proposal([by_path[c] for c in static.choices], None, static)
+
+
+def _most_confident(order: list[int], parent: list[int], path: list[tuple], tokens: list[int], nodes: int):
+    """A dynamic tree's proposal: the `nodes` most confident drafted nodes (`order`: best first; a parent scores at
+    least its child, so parents come first), node i with its sibling-rank path and token id. Kept siblings are
+    their parent's top choices (one parent score, so rank order): ranks 0, 1, ..."""
+    keep, chosen = [], set()
+    for i in order:
+        if len(keep) == nodes:
+            break
+        if parent[i] < 0 or parent[i] in chosen:
+            keep.append(i)
+            chosen.add(i)
+    tree = build_tree([path[i] for i in keep])
+    by_path = {path[i]: tokens[i] for i in keep}
+    return Proposal([by_path[c] for c in tree.choices], None, tree)

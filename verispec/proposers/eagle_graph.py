@@ -23,7 +23,7 @@ import torch
 from ..model import graphs
 from ..sampling import probs, sample, top_tokens
 from ..tree import TokenTree
-from .base import _by_width
+from .base import rank_plan, ranked
 
 
 class _Depth:
@@ -31,7 +31,7 @@ class _Depth:
     nodes it expands."""
 
     def __init__(self, groups, picks, m=0, used=0, feat_idx=None, tok_idx=None, rel=None):
-        self.groups, self.picks = groups, picks   # [(w, rows [g] or (lo, hi))] as `top_indices`; [count] picks
+        self.groups, self.picks = groups, picks   # `rank_plan`'s groups; [count] picks
         self.m, self.used = m, used               # expanded nodes, head-cache slots the tree used before them
         self.feat_idx, self.tok_idx = feat_idx, tok_idx   # [m]: their parents' feature rows, their pick rows
         self.rel = rel                            # [m, used + m] bool: the tree's slots each one sees
@@ -42,14 +42,7 @@ def plan_static(tree: TokenTree, device) -> list[_Depth]:
     out, parents, used, slot_of, pred_row = [], [0], 0, {}, {0: 0}
     for d in range(1, tree.depth + 1):
         nodes = [i for i in range(1, tree.size + 1) if tree.depths[i] == d]        # breadth-first: in order
-        widths = [1 + max(tree.rank(c) for c in tree.children(p)) for p in parents]
-        groups, at, offset = [], [0] * len(widths), 0
-        for w, rows in _by_width(widths).items():
-            consecutive = rows == list(range(rows[0], rows[-1] + 1))
-            groups.append((w, (rows[0], rows[-1] + 1) if consecutive else torch.tensor(rows, device=device)))
-            for j, r in enumerate(rows):
-                at[r] = offset + j * w
-            offset += len(rows) * w
+        groups, at = rank_plan([1 + max(tree.rank(c) for c in tree.children(p)) for p in parents], device)
         row = {p: r for r, p in enumerate(parents)}
         picks = torch.tensor([at[row[tree.parents[i]]] + tree.rank(i) for i in nodes], device=device)
         expanded = [i for i in nodes if tree.children(i)]
@@ -78,9 +71,7 @@ def static_draft(head, plan: list[_Depth], root: torch.Tensor, head_pass) -> tor
     `eager_pass`, or `DraftGraph`'s fixed-shape pass."""
     feats, logits, levels = root[None], head.logits(root)[None], []        # [1, D], [1, H]: the root's row
     for d, depth in enumerate(plan, 1):
-        scores = logits.float().log_softmax(-1)
-        ranks = torch.cat([(scores[sel[0]:sel[1]] if isinstance(sel, tuple) else scores.index_select(0, sel))
-                           .topk(w).indices.flatten() for w, sel in depth.groups])
+        ranks = ranked(logits.float().log_softmax(-1), depth.groups)
         levels.append(head.head_ids[ranks[depth.picks]])                   # [count] token ids
         if not depth.m:
             break
@@ -195,15 +186,7 @@ class DraftGraph:
             return self.draft(self.root, self._pass, self.extra)
         if self.rope is not self.head.decoder._rope:     # an eager pass grew the table: capture again
             self.graph, self.rope = None, self.head.decoder._rope
-        if self.graph is None:                     # warm up on a side stream, then capture (as `graphs._Pass`)
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    self.draft(self.root, self._pass, self.extra)
-            torch.cuda.current_stream().wait_stream(side)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph, pool=self.pool):
-                self.out = self.draft(self.root, self._pass, self.extra)
+        if self.graph is None:
+            self.graph, self.out = graphs.capture(lambda: self.draft(self.root, self._pass, self.extra), self.pool)
         self.graph.replay()
         return tuple(t.clone() for t in self.out) if isinstance(self.out, tuple) else self.out.clone()
