@@ -111,13 +111,13 @@ def main():
     for M in rows:
         for k in {op[1] for op in q_ops + b_ops}:
             xs[(M, k)] = torch.randn(M, k, generator=g)
-    for kind, ops, call in (("qlinear", q_ops, lambda lib, x, op: q_call(lib, x, op[2])),
-                            ("bf16 linear", b_ops, lambda lib, x, op: lib.linear(x, op[2], op[3], None))):
-        if not ops:
+    for kind, kind_ops, call in (("qlinear", q_ops, lambda lib, x, op: q_call(lib, x, op[2])),
+                                 ("bf16 linear", b_ops, lambda lib, x, op: lib.linear(x, op[2], op[3], None))):
+        if not kind_ops:
             continue
         # bitwise: every build against the first, on one op of each kind and every row count
         firsts = {}
-        for op in ops:
+        for op in kind_ops:
             firsts.setdefault(op[0], op)
         for M in rows:
             for op in firsts.values():
@@ -131,7 +131,7 @@ def main():
         print("|" + " --- |" * (len(labels) + 6))
         t1 = {}
         for M in rows:
-            for i, (med, est, best) in enumerate(run(M, ops, call)):
+            for i, (med, est, best) in enumerate(run(M, kind_ops, call)):
                 if M == 1:
                     t1[i] = (est, best)
                 r = lambda v, j: f"{v / t1[i][j]:.2f}" if i in t1 else "-"

@@ -70,6 +70,38 @@ def test_bad_decoding_flags(capsys, tiny_dir, flags, needle):
 DEV_PROMPTS = str(Path(__file__).parent.parent / "bench" / "dev_prompts.jsonl")
 
 
+@pytest.mark.parametrize("argv,needle", [
+    (["generate", "hi", "--seed", "99999999999999999999999"], "--seed: must be below 2^63"),
+    (["generate", "hi", "--seed", "-1"], "--seed: must be an integer >= 0"),
+    (["generate", "hi", "--device", "tpu"], "--device: must be auto, cpu, cuda or cuda:N"),
+    (["generate", "hi", "--ngram-max", "0"], "--ngram-max: must be an integer >= 1"),
+    (["generate", "hi", "--method", "plain", "--draft", "x"], "--draft is for --method draft"),
+    (["bench", "--prompts", DEV_PROMPTS, "--limit", "0"], "--limit: must be an integer >= 1"),
+    (["bench", "--prompts", DEV_PROMPTS, "--methods", ""], "--methods is empty"),
+    (["bench", "--prompts", DEV_PROMPTS, "--json", ""], "--json needs a file name"),
+    (["profile", "--prompts", DEV_PROMPTS, "--context", "0"], "--context: must be an integer >= 1"),
+    (["report", "--prompts", DEV_PROMPTS, "--out", "r", "--adversarial", "-1"], "--adversarial: must be an integer"),
+    (["audit", "--level", "nan"], "--level: must be a finite number in (0, 1)"),
+    (["train-draft", "--data", "d", "--out", "o", "--lr", "inf"], "--lr: must be a finite number > 0"),
+    (["train-draft", "--data", "d", "--out", "o", "--eval-every", "0"], "--eval-every: must be an integer >= 1"),
+    (["train-eagle", "--data", "d", "--out", "o", "--cls-weight", "nan"], "--cls-weight: must be a finite number"),
+    (["distill-data", "--prompts", DEV_PROMPTS, "--out", "o", "--temperatures", "abc"], "--temperatures must be"),
+])
+def test_bad_flags_of_every_command(capsys, argv, needle):
+    """Found by probing every command with bad values: each is one line and status 2, before any model loads."""
+    fails_cleanly(capsys, argv, needle)
+
+
+def test_a_folder_named_as_an_output_file_is_one_line(capsys, tmp_path):
+    fails_cleanly(capsys, ["cost-curve", "--json", str(tmp_path), "--repeats", "1"], "is a folder: name a file")
+
+
+def test_a_tree_file_of_non_integer_ranks_is_one_line(capsys, tiny_dir, tmp_path):
+    (tmp_path / "t.json").write_text("[[0], [1.5]]")
+    fails_cleanly(capsys, ["generate", "hi", "--model", str(tiny_dir), "--method", "draft-tree", "--draft",
+                           str(tiny_dir), "--tree", str(tmp_path / "t.json")], "integer ranks")
+
+
 @pytest.mark.parametrize("command", [["generate", "hello"], ["bench", "--limit", "1", "--prompts", DEV_PROMPTS]])
 def test_k_max_reaches_the_engine(monkeypatch, capsys, tiny_dir, command):
     import verispec.engine as engine

@@ -106,6 +106,20 @@ def test_distill_data_resumes_and_refuses_other_parameters(tmp_path, tiny_dir, c
     assert "other parameters" in capsys.readouterr().err
 
 
+def test_a_failed_distill_data_run_leaves_its_folder_usable(tmp_path, tiny_dir, capsys):
+    """A run refused once the model is loaded (--top-k-probs beyond the vocabulary) writes no manifest, so the
+    same --out then takes a good run: it is not held to the failed run's parameters."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": f"t{i}", "category": "c", "prompt": f"Say {i}"}) for i in range(9)))
+    out = tmp_path / "data"
+    args = ["distill-data", "--prompts", str(prompts), "--out", str(out), "--model", str(tiny_dir),
+            "--batch", "8", "--max-new-tokens", "3", "--dtype", "fp32", "--top-k-probs"]
+    assert main(args + ["100000000"]) == 2
+    assert "--top-k-probs must be at most the vocabulary" in capsys.readouterr().err
+    assert not (out / "manifest.json").exists()
+    assert main(args + ["4"]) == 0 and (out / "manifest.json").exists()
+
+
 def test_batched_greedy_answers_match_the_engine(target_fp32):
     from verispec.engine import Engine, GenerationConfig
     from verispec.train.batch_generate import sample_batch

@@ -5,7 +5,7 @@ Trees are drafted two ways: deterministic top-k children (q one-hot per child) a
 """
 import pytest
 import torch
-from test_exactness import START, V, exact_joint, gof_pvalue, tables
+from test_exactness import START, exact_joint, gof_pvalue, tables
 
 from verispec.sampling import SamplingConfig, probs, sample
 from verispec.tree import topk_per_depth

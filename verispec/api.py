@@ -302,9 +302,9 @@ class Speculator:
 
     def __init__(self, model: str | None = None, method: str = "ngram", draft: str | None = None,
                  dtype: str = "bf16", device: str | None = None, target: Target | None = None,
-                 tree: str | None = None, draft_weights: str = "auto"):
+                 tree: str | None = None, draft_weights: str = "auto", ngram_max: int = 3):
         self.target = target or Target.load(model, dtype, device, draft_weights)
-        self.engine = make_engine(method, self.target, draft, tree=tree)
+        self.engine = make_engine(method, self.target, draft, ngram_max, tree=tree)
 
     def generate(self, prompt: str, max_new_tokens: int = 128, k: int | str = "auto", temperature: float = 0.0,
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, chat: bool = True,

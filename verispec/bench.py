@@ -158,6 +158,10 @@ def cmd_bench(args) -> int:
     check_decoding_flags(args)
     if args.repeats < 1:
         raise VerispecError(f"--repeats must be >= 1, got {args.repeats}")
+    if not [m for m in args.methods.split(",") if m.strip()]:
+        raise VerispecError("--methods is empty: name at least one method, e.g. plain,ngram")
+    if args.json_out is not None and not args.json_out.strip():
+        raise VerispecError("--json needs a file name")
     methods = ["plain"] + [m for m in dict.fromkeys(args.methods.split(",")) if m and m != "plain"]
     prompts = select(load_prompts(args.prompts), args.limit)
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)

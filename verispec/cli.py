@@ -10,7 +10,7 @@ from .engine import GenerationConfig
 from .errors import VerispecError
 from .export.commands import add_export_parser
 from .model import catalog
-from .flags import DRAFT_WEIGHTS, check_decoding_flags, format_stats, parse_k
+from .flags import DRAFT_WEIGHTS, check_decoding_flags, device, float_in, format_stats, int_at_least, parse_k, seed
 from .train.flags import add_train_parsers
 
 
@@ -34,7 +34,7 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                    help="the draft's or heads' weights: q4 (requantized to 4 bits, integer products: cheaper to "
                         "read), native (as loaded), auto (q4 beside a --dtype gguf or gguf-q8 target on the CPU, else "
                         "native); acceptance and speed change, the output never does")
-    g.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
+    g.add_argument("--device", type=device, default="auto", help="cpu, cuda or auto (default: cuda when present)")
 
 
 def _k_arg(text: str) -> int | str:
@@ -58,10 +58,10 @@ def _decoding_flags(p: argparse.ArgumentParser, k_list: bool = False) -> None:
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0, help="0 = off")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=seed, default=0)
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--no-chat", action="store_true", help="feed the prompt raw, without the chat template")
-    g.add_argument("--ngram-max", type=int, default=3, help="longest suffix n-gram for --method ngram")
+    g.add_argument("--ngram-max", type=int_at_least(1), default=3, help="longest suffix n-gram for --method ngram")
     g.add_argument("--acceptance", choices=("exact", "typical"), default="exact",
                    help="exact (default): lossless rejection sampling. typical: Medusa's typical acceptance for "
                         "tree methods, LOSSY -- at T > 0 the output no longer follows the target's distribution")
@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="compare methods side by side over a prompts file")
     b.add_argument("--prompts", nargs="+", required=True, help="JSONL files with 'prompt' (+ 'category')")
     b.add_argument("--methods", default="plain,ngram", help="comma-separated; plain is always included")
-    b.add_argument("--limit", type=int, default=None, help="prompts per category")
+    b.add_argument("--limit", type=int_at_least(1), default=None, help="prompts per category")
     b.add_argument("--json", dest="json_out", metavar="OUT", help="write the figures to this JSON file")
     _model_flags(b)
     _decoding_flags(b, k_list=True)
@@ -116,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--samples", type=int, default=400, help="samples per sampler (default 400)")
     a.add_argument("--tokens", type=int, default=4, help="compare the law of the first M tokens (default 4)")
     a.add_argument("--prompt", default="Repeat this sentence exactly: the blue cat sat on the blue mat.")
-    a.add_argument("--level", type=float, default=0.01, help="FAIL when the p-value is below this")
+    a.add_argument("--level", type=float_in(0, 1, True, True), default=0.01, help="FAIL when the p-value is below this")
     _model_flags(a)
     _decoding_flags(a)
     a.set_defaults(temperature=1.0, k=4)
@@ -140,9 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("profile", help="measure cost curve, draft costs and alpha; predicted vs measured speedup")
     pr.add_argument("--methods", default="ngram,draft")
     pr.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (e.g. bench/dev_prompts.jsonl)")
-    pr.add_argument("--limit", type=int, default=5, help="prompts per category")
-    pr.add_argument("--context", type=int, default=256, help="context length for the cost curve")
-    pr.add_argument("--repeats", type=int, default=5)
+    pr.add_argument("--limit", type=int_at_least(1), default=5, help="prompts per category")
+    pr.add_argument("--context", type=int_at_least(1), default=256, help="context length for the cost curve")
+    pr.add_argument("--repeats", type=int_at_least(1), default=5)
     pr.add_argument("--out", help="profile file (default: in the cache, per model / dtype / device)")
     pr.add_argument("--json", dest="json_out", metavar="OUT", help="also write every figure as JSON")
     _model_flags(pr)
@@ -154,18 +154,18 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (e.g. bench/dev_prompts.jsonl)")
     rp.add_argument("--methods", default="ngram,draft")
     rp.add_argument("--out", required=True, help="output folder: report.md, report.json, *.png")
-    rp.add_argument("--limit", type=int, default=4, help="prompts per category (default 4)")
+    rp.add_argument("--limit", type=int_at_least(1), default=4, help="prompts per category (default 4)")
     rp.add_argument("--k", default="1,2,3,4,6,8", help="fixed k values to sweep (auto is always added)")
     rp.add_argument("--temperatures", default="0,0.7,1.0")
-    rp.add_argument("--adversarial", type=int, default=6, help="random-token prompts at T = 1.5 (0 = skip)")
+    rp.add_argument("--adversarial", type=int_at_least(0), default=6, help="random-token prompts at T = 1.5 (0 = skip)")
     rp.add_argument("--no-hf", action="store_true", help="skip the transformers comparison")
     rp.add_argument("--no-trees", dest="trees", action="store_false", help="skip the tree cost curve")
-    rp.add_argument("--context", type=int, default=256, help="context length for the cost curve")
-    rp.add_argument("--repeats", type=int, default=5)
+    rp.add_argument("--context", type=int_at_least(1), default=256, help="context length for the cost curve")
+    rp.add_argument("--repeats", type=int_at_least(1), default=5)
     rp.add_argument("--max-new-tokens", type=int, default=64)
-    rp.add_argument("--seed", type=int, default=0)
+    rp.add_argument("--seed", type=seed, default=0)
     rp.add_argument("--no-chat", action="store_true")
-    rp.add_argument("--ngram-max", type=int, default=3)
+    rp.add_argument("--ngram-max", type=int_at_least(1), default=3)
     _model_flags(rp)
 
     add_train_parsers(sub, _model_flags)
@@ -255,8 +255,10 @@ def _serve_limit_flags(p: argparse.ArgumentParser) -> None:
 def cmd_generate(args) -> int:
     from .api import Speculator
     check_decoding_flags(args)
+    if args.draft and args.method in ("plain", "ngram"):
+        raise VerispecError(f"--draft is for --method draft, draft-tree, medusa or eagle, not {args.method}")
     spec = Speculator(args.model, args.method, args.draft, args.dtype, args.device, tree=args.tree,
-                     draft_weights=args.draft_weights)
+                     draft_weights=args.draft_weights, ngram_max=args.ngram_max)
     stream = None if args.json else (lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     r = spec.generate(args.prompt, args.max_new_tokens, args.k, args.temperature, args.top_p, args.top_k,
                       args.seed, chat=not args.no_chat, on_text=stream, acceptance=args.acceptance, k_max=args.k_max)
@@ -334,6 +336,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
     except VerispecError as e:
         print(f"verispec: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:            # a file or folder the user named cannot be read or written
+        where = f": {e.filename}" if e.filename else ""
+        print(f"verispec: error: {e.strerror or e}{where}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("verispec: interrupted", file=sys.stderr)

@@ -7,6 +7,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from .errors import VerispecError
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -43,6 +45,8 @@ def atomic_path(dest: Path):
     """Yield the path of a temporary file beside `dest` for a writer that opens files itself; on success it is
     renamed over `dest`, on error removed."""
     dest = Path(dest)
+    if dest.is_dir():
+        raise VerispecError(f"{dest} is a folder: name a file to write")
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
     os.close(fd)

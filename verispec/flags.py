@@ -1,12 +1,60 @@
 """Flag helpers shared by the command modules (a leaf: it imports no command module, and cli.py imports it)."""
 from __future__ import annotations
 
+import argparse
+import math
+import re
+
 from .errors import VerispecError
 
 # --draft-weights: a proposer's weights, "q4" (requantized to 4 bits, integer products: `model.requant`), "native"
 # (as loaded) or "auto" (q4 where verispec's kernels run beside a quantized target, or beside a float one with the
 # integer product on AMX: `api.draft_weights`)
 DRAFT_WEIGHTS = ("auto", "q4", "native")
+
+
+def int_at_least(lo: int):
+    """An argparse type: an integer >= lo (a one-line error otherwise)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {text!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {lo}, got {v}")
+        return v
+    return parse
+
+
+def seed(text: str) -> int:
+    """An argparse type: a random seed, an integer in [0, 2^63)."""
+    v = int_at_least(0)(text)
+    if v >= 2 ** 63:
+        raise argparse.ArgumentTypeError(f"must be below 2^63, got {v}")
+    return v
+
+
+def float_in(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False):
+    """An argparse type: a finite float in [lo, hi] (an end excluded where it is open; hi may be math.inf)."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = math.nan
+        ok = math.isfinite(v) and (v > lo if lo_open else v >= lo) and (v < hi if hi_open else v <= hi)
+        if not ok:
+            span = (f"{'>' if lo_open else '>='} {lo:g}" if hi == math.inf
+                    else f"in {'(' if lo_open else '['}{lo:g}, {hi:g}{')' if hi_open else ']'}")
+            raise argparse.ArgumentTypeError(f"must be a finite number {span}, got {text!r}")
+        return v
+    return parse
+
+
+def device(text: str) -> str:
+    """An argparse type: auto, cpu, cuda or cuda:N."""
+    if text in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", text):
+        return text
+    raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N, got {text!r}")
 
 
 def parse_k(text: str) -> int | str:

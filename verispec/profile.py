@@ -235,20 +235,21 @@ def cmd_profile(args) -> int:
     methods = [m for m in dict.fromkeys(args.methods.split(",")) if m and m != "plain"]
     if not methods or not isinstance(args.k, int):
         raise VerispecError("profile needs at least one speculative method and a fixed --k")
+    for path in (args.json_out, getattr(args, "out", None)):
+        if path and Path(path).is_dir():
+            raise VerispecError(f"{path} is a folder: name a file to write")
     prompts = select(load_prompts(args.prompts), args.limit)
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     model = target.model
+    engines = {"plain": (Engine(model), 1)}
+    for m in methods:               # bad methods and drafts fail here, before any measuring
+        engines[m] = (Engine(model, make_proposer(m, target, args.draft, args.ngram_max)), args.k)
     print("measuring the verify cost curve ...")
     curve = cost_curve(model, list(range(1, 17)), args.context, args.repeats)
     rel = monotone_curve({n: t / curve[1] for n, t in curve.items()})
     trees = tree_costs(model, [4, 8, 16, 32, 64], args.context, args.repeats)
-    engines = {"plain": (Engine(model), 1)}
-    costs = {}
     ctx = target.tokenizer.prompt_ids(prompts[0].prompt)
-    for m in methods:
-        engine = Engine(model, make_proposer(m, target, args.draft, args.ngram_max))
-        engines[m] = (engine, args.k)
-        costs[m] = draft_cost(engine, ctx + ctx[-8:]) / curve[1]
+    costs = {m: draft_cost(engines[m][0], ctx + ctx[-8:]) / curve[1] for m in methods}
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, sampling=SamplingConfig(args.temperature),
                            k_max=args.k_max,
                            seed=args.seed, stop_token_ids=target.tokenizer.stop_token_ids)

@@ -122,8 +122,9 @@ def parse_tree(spec: str, max_nodes: int = 256) -> TokenTree:
     if Path(spec).is_file():
         try:
             paths = json.loads(Path(spec).read_text())
-            if not isinstance(paths, list) or not all(isinstance(p, list) for p in paths):
-                raise ValueError("expected a JSON list of paths, such as [[0], [1], [0, 0]]")
+            if not isinstance(paths, list) or not all(
+                    isinstance(p, list) and all(type(r) is int for r in p) for p in paths):
+                raise ValueError("expected a JSON list of paths of integer ranks, such as [[0], [1], [0, 0]]")
         except (OSError, ValueError) as e:
             raise VerispecError(f"cannot read tree file {spec}: {e}") from None
         return build_tree(paths, max_nodes=max_nodes)

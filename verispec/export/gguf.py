@@ -156,7 +156,9 @@ def export_gguf(draft: str | Path, out: str | Path, model: str | None = None, fo
         raise VerispecError(f"the draft's vocabulary ({cfg.vocab_size} tokens) differs from the target's "
                             f"({len(tokens)}); a draft must share the target's tokenizer")
     hf = loader.read_weights(folder)
-    stored = next(w.dtype for n, w in hf.items() if n.endswith("proj.weight"))
+    stored = next((w.dtype for n, w in hf.items() if n.endswith("proj.weight")), None)
+    if stored is None:
+        raise VerispecError(f"{folder}: no decoder layers to export (no *proj.weight tensors)")
     if stored not in _DTYPES:
         raise VerispecError(f"{folder}: weights in {stored}, expected fp16, bf16 or fp32")
     arch = "qwen2" if cfg.attention_bias else "llama"

@@ -47,13 +47,19 @@ def cmd_distill_data(args) -> int:
 
     from ..api import Target
     from .batch_generate import sample_batch
-    temps = [float(t) for t in args.temperatures.split(",")]
-    if any(t < 0 for t in temps) or args.batch < 1 or args.max_new_tokens < 1 or args.top_k_probs < 1:
+    try:
+        temps = [float(t) for t in args.temperatures.split(",")]
+    except ValueError:
+        raise VerispecError(f"--temperatures must be numbers >= 0, comma-separated, got {args.temperatures!r}") from None
+    if any(not t >= 0 or t == float("inf") for t in temps) or args.batch < 1 or args.max_new_tokens < 1 \
+            or args.top_k_probs < 1:
         raise VerispecError("--temperatures must be >= 0; --batch, --max-new-tokens, --top-k-probs >= 1")
     batches = plan(load_prompts(args.prompts), args.per_category, args.batch, temps)
     if not batches:
         raise VerispecError("no training-split prompts to answer")
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise VerispecError(f"--out {out} is a file, not a folder")
     manifest = {"model": args.model or "default", "dtype": args.dtype, "max_new_tokens": args.max_new_tokens,
                 "batch": args.batch, "temperatures": temps, "top_k_probs": args.top_k_probs, "seed": args.seed,
                 "per_category": args.per_category, "max_prompt_tokens": args.max_prompt_tokens,
@@ -64,10 +70,13 @@ def cmd_distill_data(args) -> int:
             diff = sorted(k for k in manifest if old.get(k) != manifest[k])
             raise VerispecError(f"{out} holds data made with other parameters ({', '.join(diff)}); "
                                 "use the same parameters to resume, or another --out")
-    else:
+    target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
+    if args.top_k_probs > target.model.cfg.vocab_size:
+        raise VerispecError(f"--top-k-probs must be at most the vocabulary ({target.model.cfg.vocab_size}), "
+                            f"got {args.top_k_probs}")
+    if not (out / "manifest.json").exists():       # only once the run can start: a failed one leaves no folder
         with atomic_file(out / "manifest.json") as f:
             json.dump(manifest, f, indent=1)
-    target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     tok = target.tokenizer
     todo = [i for i in range(len(batches)) if not (out / f"shard-{i:05d}.pt").exists()]
     total = sum(len(b) for b in batches)

@@ -3,6 +3,9 @@ parser by `cli.build_parser`."""
 from __future__ import annotations
 
 import argparse
+import math
+
+from ..flags import float_in, int_at_least, seed
 
 
 def _head_training_flags(p: argparse.ArgumentParser, what: str, batch: int, batch_help: str,
@@ -12,15 +15,15 @@ def _head_training_flags(p: argparse.ArgumentParser, what: str, batch: int, batc
     p.add_argument("--out", required=True, help=f"output {what} (features, checkpoints go to OUT.work/)")
     p.add_argument("--model", help="the target the data came from (default: SmolLM2-135M)")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="the target's dtype for features")
-    p.add_argument("--head-tokens", type=int, default=8192, help="output vocabulary: the most frequent tokens")
+    p.add_argument("--head-tokens", type=int_at_least(1), default=8192, help="output vocabulary: the most frequent tokens")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--batch", type=int, default=batch, help=batch_help)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float_in(0, math.inf, lo_open=True), default=1e-3)
     p.add_argument("--max-answers", type=int, default=None, help="use at most this many training answers")
-    p.add_argument("--max-tokens", type=int, default=320, help="longest sequence fed to the target")
-    p.add_argument("--eval-every", type=int, default=100, help="held-out evaluation + checkpoint interval")
+    p.add_argument("--max-tokens", type=int_at_least(2), default=320, help="longest sequence fed to the target")
+    p.add_argument("--eval-every", type=int_at_least(1), default=100, help="held-out evaluation + checkpoint interval")
     p.add_argument("--eval-examples", type=int, default=eval_examples)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed, default=0)
 
 
 def add_train_parsers(sub, model_flags) -> None:
@@ -28,39 +31,39 @@ def add_train_parsers(sub, model_flags) -> None:
     dd = sub.add_parser("distill-data", help="the target answers training prompts: data for a draft (resumable)")
     dd.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (the dev split is skipped)")
     dd.add_argument("--out", required=True, help="output folder (shards + manifest.json)")
-    dd.add_argument("--per-category", type=int, default=None, help="at most this many prompts per category")
+    dd.add_argument("--per-category", type=int_at_least(1), default=None, help="at most this many prompts per category")
     dd.add_argument("--batch", type=int, default=16)
     dd.add_argument("--max-new-tokens", type=int, default=192)
-    dd.add_argument("--max-prompt-tokens", type=int, default=384, help="keep the last N prompt tokens")
+    dd.add_argument("--max-prompt-tokens", type=int_at_least(1), default=384, help="keep the last N prompt tokens")
     dd.add_argument("--temperatures", default="0,0.7,1.0", help="assigned to prompts in turn (0 = greedy)")
     dd.add_argument("--top-k-probs", type=int, default=32, help="target probabilities kept per position")
-    dd.add_argument("--seed", type=int, default=0)
+    dd.add_argument("--seed", type=seed, default=0)
     model_flags(dd)
 
     td = sub.add_parser("train-draft", help="distil a small draft model from distill-data output (resumable)")
     td.add_argument("--data", required=True, help="a distill-data folder")
     td.add_argument("--out", required=True, help="output model folder (checkpoints go to OUT.work/)")
     td.add_argument("--model", help="the target the data came from (default: SmolLM2-135M)")
-    td.add_argument("--layers", type=int, default=4)
+    td.add_argument("--layers", type=int_at_least(1), default=4)
     td.add_argument("--hidden", type=int, default=256)
     td.add_argument("--heads", type=int, default=4)
     td.add_argument("--kv-heads", type=int, default=2)
     td.add_argument("--intermediate", type=int, default=768)
-    td.add_argument("--head-tokens", type=int, default=8192, help="reduced output vocabulary (0 = full)")
+    td.add_argument("--head-tokens", type=int_at_least(0), default=8192, help="reduced output vocabulary (0 = full)")
     td.add_argument("--from-target", action="store_true",
                     help="start from the target's first --layers blocks at its width, borrowing its embedding")
     td.add_argument("--loss", default="kl", help="kl | tvd | kl+tvd | ce (ce = no distillation)")
     td.add_argument("--steps", type=int, default=2000)
-    td.add_argument("--tokens-per-batch", type=int, default=4096)
-    td.add_argument("--lr", type=float, default=2e-3)
-    td.add_argument("--warmup", type=int, default=100)
-    td.add_argument("--max-tokens", type=int, default=320, help="longest training sequence")
+    td.add_argument("--tokens-per-batch", type=int_at_least(1), default=4096)
+    td.add_argument("--lr", type=float_in(0, math.inf, lo_open=True), default=2e-3)
+    td.add_argument("--warmup", type=int_at_least(0), default=100)
+    td.add_argument("--max-tokens", type=int_at_least(2), default=320, help="longest training sequence")
     td.add_argument("--stop-at", type=int, default=None,
                     help="stop after this step (a multiple of --eval-every) and write the draft; the learning-rate "
                          "schedule still spans --steps, so a later run without it resumes and finishes")
-    td.add_argument("--eval-every", type=int, default=100, help="held-out evaluation + checkpoint interval")
+    td.add_argument("--eval-every", type=int_at_least(1), default=100, help="held-out evaluation + checkpoint interval")
     td.add_argument("--eval-examples", type=int, default=120)
-    td.add_argument("--seed", type=int, default=0)
+    td.add_argument("--seed", type=seed, default=0)
 
     tm = sub.add_parser("train-medusa", help="train Medusa heads on the target's hidden states (resumable)")
     _head_training_flags(tm, "heads folder", batch=512, batch_help="hidden-state rows per step", eval_examples=120)
@@ -70,8 +73,8 @@ def add_train_parsers(sub, model_flags) -> None:
     _head_training_flags(te, "head folder", batch=8, batch_help="sequences per step", eval_examples=60)
     te.add_argument("--intermediate", type=int, default=None,
                     help="the head's SwiGLU width (default: the target's; e.g. 2048 for a 1.5B target)")
-    te.add_argument("--cls-weight", type=float, default=0.1, help="weight of the KL term (EAGLE: 0.1)")
-    te.add_argument("--noise", type=float, default=0.1, help="uniform noise on input features (EAGLE: 0.1)")
+    te.add_argument("--cls-weight", type=float_in(0, math.inf), default=0.1, help="weight of the KL term (EAGLE: 0.1)")
+    te.add_argument("--noise", type=float_in(0, math.inf), default=0.1, help="uniform noise on input features (EAGLE: 0.1)")
     te.add_argument("--unroll", type=int, default=1, help="training-time test: also learn from the head's own "
                                                           "predictions, N draft steps deep (1 = teacher-forced)")
     te.add_argument("--feature-layers", default="final", help="target features the head reads: 'final' (the "

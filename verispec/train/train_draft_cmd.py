@@ -75,6 +75,9 @@ def cmd_train_draft(args) -> int:
     else:
         head_ids = (frequent_tokens(train, shape.head_tokens, set(tok.stop_token_ids))
                     if shape.head_tokens else None)
+        if head_ids is not None and len(head_ids) < shape.head_tokens:
+            raise VerispecError(f"the training data holds only {len(head_ids)} distinct tokens: use --head-tokens "
+                                f"{len(head_ids)} or fewer (0 = the full vocabulary)")
     head_index = row_index(head_ids, target.cfg.vocab_size)
     model = init_draft(target, shape, head_ids, args.seed)
     opt = make_optimizer(model, cfg)

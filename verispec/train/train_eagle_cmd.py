@@ -79,6 +79,8 @@ def cmd_train_eagle(args) -> int:
     if min(args.steps, args.batch, args.eval_every, args.head_tokens, args.unroll, width) < 1 or args.noise < 0:
         raise VerispecError("need --steps, --batch, --eval-every, --head-tokens, --unroll, --intermediate >= 1 and "
                             "--noise >= 0")
+    if args.stop_at is not None and not 1 <= args.stop_at <= args.steps:
+        raise VerispecError(f"--stop-at must be between 1 and --steps ({args.steps}), got {args.stop_at}")
     taps, final = parse_layers(args.feature_layers)
     if args.init and (taps or not final):
         raise VerispecError("--init starts from a head on the final feature: use it with --feature-layers final")
