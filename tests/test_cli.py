@@ -92,6 +92,17 @@ def test_bad_flags_of_every_command(capsys, argv, needle):
     fails_cleanly(capsys, argv, needle)
 
 
+def test_a_failed_report_leaves_no_folder_of_its_own(capsys, tmp_path):
+    out = tmp_path / "report"
+    fails_cleanly(capsys, ["report", "--prompts", DEV_PROMPTS, "--out", str(out), "--model", str(tmp_path / "none")],
+                  "none")
+    assert not out.exists()
+
+
+def test_cost_curve_profile_needs_batch(capsys, tmp_path):
+    fails_cleanly(capsys, ["cost-curve", "--profile", str(tmp_path / "p.json")], "--profile saves the batch curves")
+
+
 def test_a_folder_named_as_an_output_file_is_one_line(capsys, tmp_path):
     fails_cleanly(capsys, ["cost-curve", "--json", str(tmp_path), "--repeats", "1"], "is a folder: name a file")
 

@@ -92,6 +92,8 @@ def cmd_cost_curve(args) -> int:
     from .files import atomic_file
     if args.max_n < 1 or args.context < 1 or args.repeats < 1:
         raise VerispecError("--max-n, --context and --repeats must be >= 1")
+    if args.profile and not args.batch:
+        raise VerispecError("--profile saves the batch curves of --batch: give --batch too (e.g. --batch 1,2,4,8)")
     sizes = parse_batch_sizes(args.batch) if args.batch else None   # bad sizes fail now, not after the timing
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     if args.context + args.max_n > target.model.cfg.max_position:

@@ -110,13 +110,7 @@ def adversarial(target, make, methods, n, cfg, chat) -> list[dict]:
 
 
 def cmd_report(args) -> int:
-    from .api import Target, make_engine
     from .bench import parse_ks
-    from .costs import cost_curve
-    from .theory import monotone_curve
-    from .plots import write_plots
-    from .profile import draft_cost, tree_costs
-    from .report_md import render
     methods = [m for m in dict.fromkeys(args.methods.split(",")) if m and m != "plain"]
     ks = parse_ks(args.k)
     if not methods:
@@ -131,10 +125,26 @@ def cmd_report(args) -> int:
         raise VerispecError("--temperatures must be a non-empty list of numbers >= 0")
     prompts = select(load_prompts(args.prompts), args.limit)
     out = Path(args.out)
+    made = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise VerispecError(f"cannot create {out}: {e}") from None
+    try:
+        return _report(args, out, ks, methods, temperatures, prompts)
+    except BaseException:
+        if made and not any(out.iterdir()):     # a failed run leaves no empty folder of its own behind
+            out.rmdir()
+        raise
+
+
+def _report(args, out, ks, methods, temperatures, prompts) -> int:
+    from .api import Target, make_engine
+    from .costs import cost_curve
+    from .theory import monotone_curve
+    from .plots import write_plots
+    from .profile import draft_cost, tree_costs
+    from .report_md import render
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     model, chat = target.model, not args.no_chat
     make = lambda m: make_engine(m, target, args.draft, args.ngram_max)  # noqa: E731
