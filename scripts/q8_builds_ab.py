@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import torch
-from torch.utils.cpp_extension import load
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_quant import random_blocks  # noqa: E402  (synthetic GGUF blocks)
@@ -25,12 +24,9 @@ SHAPES = [("Q4_K", 8960, 1536), ("Q4_K", 1536, 8960), ("Q6_K", 1536, 8960), ("Q6
 
 
 def build(folder: Path):
-    sources = [folder / p.name for p in kernels.SOURCES]
     key = hashlib.sha1(b"".join(p.read_bytes() for p in folder.iterdir() if p.suffix in (".cpp", ".h"))).hexdigest()[:12]
-    out = kernels.build_dir().parent / f"ab-{key}"
-    out.mkdir(parents=True, exist_ok=True)
-    return load(name=f"verispec_ab_{key}", sources=[str(p) for p in sources], extra_cflags=kernels.FLAGS,
-                extra_ldflags=["-fopenmp"], build_directory=str(out), verbose=False)
+    return kernels.compile_extension(f"verispec_ab_{key}", [folder / p.name for p in kernels.SOURCES],
+                                     kernels.build_dir().parent / f"ab-{key}")
 
 
 def main() -> int:

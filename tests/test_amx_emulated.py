@@ -20,14 +20,10 @@ KERNELS = Path(kernels.__file__).parent
 def emulated():
     if kernels.load() is None:
         pytest.skip(f"kernels unavailable: {kernels.status()}")
-    from torch.utils.cpp_extension import load as cpp_load
     key = hashlib.sha1(b"".join(p.read_bytes() for p in [SOURCE, *kernels.SOURCES, *kernels.HEADERS])
                        + torch.__version__.encode()).hexdigest()[:12]
-    folder = kernels.build_dir().parent / f"amx-emulated-{key}"
-    folder.mkdir(parents=True, exist_ok=True)
-    return cpp_load(name=f"verispec_amx_emulated_{key}", sources=[str(SOURCE)], extra_include_paths=[str(KERNELS)],
-                    extra_cflags=kernels.FLAGS, extra_ldflags=["-fopenmp"], build_directory=str(folder),
-                    verbose=False)
+    return kernels.compile_extension(f"verispec_amx_emulated_{key}", [SOURCE],
+                                     kernels.build_dir().parent / f"amx-emulated-{key}", include=[KERNELS])
 
 
 @pytest.mark.parametrize("kind,n,k", SHAPES)

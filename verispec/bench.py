@@ -158,11 +158,12 @@ def cmd_bench(args) -> int:
     check_decoding_flags(args)
     if args.repeats < 1:
         raise VerispecError(f"--repeats must be >= 1, got {args.repeats}")
-    if not [m for m in args.methods.split(",") if m.strip()]:
+    names = [m for m in dict.fromkeys(args.methods.split(",")) if m]
+    if not names:
         raise VerispecError("--methods is empty: name at least one method, e.g. plain,ngram")
     if args.json_out is not None and not args.json_out.strip():
         raise VerispecError("--json needs a file name")
-    methods = ["plain"] + [m for m in dict.fromkeys(args.methods.split(",")) if m and m != "plain"]
+    methods = ["plain"] + [m for m in names if m != "plain"]
     prompts = select(load_prompts(args.prompts), args.limit)
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     hf_methods = [m for m in methods if m.startswith("hf-")]

@@ -40,13 +40,19 @@ def atomic_dir(dest: Path):
         raise
 
 
+def refuse_folder(dest) -> None:
+    """A one-line error where a file is to be written at `dest` and a folder stands there (a command checks its
+    outputs this way before its work, and `atomic_path` again when it writes)."""
+    if dest and Path(dest).is_dir():
+        raise VerispecError(f"{dest} is a folder: name a file to write")
+
+
 @contextlib.contextmanager
 def atomic_path(dest: Path):
     """Yield the path of a temporary file beside `dest` for a writer that opens files itself; on success it is
     renamed over `dest`, on error removed."""
     dest = Path(dest)
-    if dest.is_dir():
-        raise VerispecError(f"{dest} is a folder: name a file to write")
+    refuse_folder(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
     os.close(fd)

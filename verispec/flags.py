@@ -57,6 +57,18 @@ def device(text: str) -> str:
     raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N, got {text!r}")
 
 
+def parse_temperatures(text: str) -> list[float]:
+    """--temperatures: comma-separated finite numbers >= 0, at least one (a one-line error otherwise)."""
+    try:
+        temps = [float(t) for t in text.split(",")]
+    except ValueError:
+        temps = []
+    if not temps or not all(math.isfinite(t) and t >= 0 for t in temps):
+        raise VerispecError(f"--temperatures must be comma-separated finite numbers >= 0, such as 0,0.7,1.0, "
+                            f"got {text!r}")
+    return temps
+
+
 def parse_k(text: str) -> int | str:
     """An integer k >= 1, or "auto"."""
     text = str(text).strip()

@@ -23,6 +23,7 @@ from .bench import run_bench, select
 from .engine import Engine, GenerationConfig
 from .errors import VerispecError
 from .files import atomic_file
+from .flags import parse_temperatures
 from .prompts import Prompt, load_prompts
 from .sampling import SamplingConfig
 from .profile import correlation_report, explain, in_situ_cost, predicted_vs_measured
@@ -117,12 +118,7 @@ def cmd_report(args) -> int:
         raise VerispecError("report needs at least one speculative method in --methods")
     if "auto" in ks:
         raise VerispecError("--k lists the fixed k values to sweep; auto is always added")
-    try:
-        temperatures = [float(t) for t in args.temperatures.split(",") if t.strip()]
-    except ValueError:
-        raise VerispecError(f"--temperatures takes numbers such as 0,0.7,1.0, got {args.temperatures!r}") from None
-    if not temperatures or min(temperatures) < 0:
-        raise VerispecError("--temperatures must be a non-empty list of numbers >= 0")
+    temperatures = parse_temperatures(args.temperatures)
     prompts = select(load_prompts(args.prompts), args.limit)
     out = Path(args.out)
     made = not out.exists()

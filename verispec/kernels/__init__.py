@@ -108,16 +108,22 @@ def status() -> str | None:
     return _state["why"]
 
 
-def _build():
+def compile_extension(name: str, sources: list[Path], folder: Path, include: list[Path] = ()):
+    """Build (once) and load a C++ extension from `sources` in `folder`, with the kernels' flags: the kernels
+    themselves, and builds of other kernel sources for tests and comparisons."""
     from torch.utils.cpp_extension import load as cpp_load
     # the `ninja` wheel puts its binary beside this interpreter, which need not be on PATH (an unactivated venv)
     bin_dir = str(Path(sys.executable).parent)
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-    folder = build_dir()
     folder.mkdir(parents=True, exist_ok=True)
+    return cpp_load(name=name, sources=[str(p) for p in sources], extra_include_paths=[str(p) for p in include],
+                    extra_cflags=FLAGS, extra_ldflags=["-fopenmp"], build_directory=str(folder), verbose=False)
+
+
+def _build():
+    folder = build_dir()
     name = "verispec_cpu_" + folder.name
     if not (folder / f"{name}.so").exists():
         print("verispec: building the CPU kernels (once per machine, about a minute) ...", file=sys.stderr)
-    return cpp_load(name=name, sources=[str(p) for p in SOURCES], extra_cflags=FLAGS, extra_ldflags=["-fopenmp"],
-                    build_directory=str(folder), verbose=False)
+    return compile_extension(name, SOURCES, folder)

@@ -19,6 +19,7 @@ import torch
 
 from ..errors import VerispecError
 from ..files import atomic_file
+from ..flags import parse_temperatures
 from ..prompts import Prompt, is_dev, load_prompts
 
 
@@ -47,13 +48,9 @@ def cmd_distill_data(args) -> int:
 
     from ..api import Target
     from .batch_generate import sample_batch
-    try:
-        temps = [float(t) for t in args.temperatures.split(",")]
-    except ValueError:
-        raise VerispecError(f"--temperatures must be numbers >= 0, comma-separated, got {args.temperatures!r}") from None
-    if any(not t >= 0 or t == float("inf") for t in temps) or args.batch < 1 or args.max_new_tokens < 1 \
-            or args.top_k_probs < 1:
-        raise VerispecError("--temperatures must be >= 0; --batch, --max-new-tokens, --top-k-probs >= 1")
+    temps = parse_temperatures(args.temperatures)
+    if args.batch < 1 or args.max_new_tokens < 1 or args.top_k_probs < 1:
+        raise VerispecError("--batch, --max-new-tokens, --top-k-probs must be >= 1")
     batches = plan(load_prompts(args.prompts), args.per_category, args.batch, temps)
     if not batches:
         raise VerispecError("no training-split prompts to answer")

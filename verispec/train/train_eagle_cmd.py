@@ -76,9 +76,8 @@ def initial_head(folder: str, target) -> EagleHead:
 def cmd_train_eagle(args) -> int:
     from tqdm import tqdm
     width = 1 if args.intermediate is None else args.intermediate
-    if min(args.steps, args.batch, args.eval_every, args.head_tokens, args.unroll, width) < 1 or args.noise < 0:
-        raise VerispecError("need --steps, --batch, --eval-every, --head-tokens, --unroll, --intermediate >= 1 and "
-                            "--noise >= 0")
+    if min(args.steps, args.batch, args.unroll, width) < 1:     # --eval-every, --head-tokens, --noise: typed flags
+        raise VerispecError("need --steps, --batch, --unroll, --intermediate >= 1")
     if args.stop_at is not None and not 1 <= args.stop_at <= args.steps:
         raise VerispecError(f"--stop-at must be between 1 and --steps ({args.steps}), got {args.stop_at}")
     taps, final = parse_layers(args.feature_layers)
