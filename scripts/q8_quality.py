@@ -1,13 +1,14 @@
-"""What `--dtype gguf-q8` (8-bit activations, integer sums) costs in quality against `--dtype gguf` (the file's
-exact fp32 model), and where llama.cpp, which computes the same kind of way, stands on the same prompts.
+"""What `--dtype gguf-q8` (8-bit activations, integer sums), or another dtype (`--dtype bf16`, `bf16a`), costs in
+quality against `--dtype gguf` (the file's exact fp32 model), and where llama.cpp, which computes the same kind of
+way, stands on the same prompts.
 
 For held-out development prompts (code, general, maths): greedy 48 tokens from the exact model; then
   - top-1 agreement and mean KL(exact || q8) over those positions, teacher-forced (one pass over prompt + answer);
-  - greedy gguf-q8 (and llama.cpp, when installed) decodings: the share identical to the exact model's, and the
+  - greedy decodings in the dtype tested (and llama.cpp's, when installed): the share identical to the exact model's, and the
     median first differing position;
 and on long held-out text (long.jsonl prompts, first 384 tokens) the mean negative log-likelihood per token.
 
-Usage: python scripts/q8_quality.py [MODEL] [--per-category N] [--json OUT]
+Usage: python scripts/q8_quality.py [MODEL] [--dtype gguf-q8] [--per-category N] [--json OUT]
 """
 import argparse
 import json
@@ -25,13 +26,17 @@ ap.add_argument("model", nargs="?", default="qwen2.5-coder-1.5b")
 ap.add_argument("--per-category", type=int, default=4)
 ap.add_argument("--tokens", type=int, default=48)
 ap.add_argument("--long", type=int, default=4)
+ap.add_argument("--dtype", default="gguf-q8", help="the dtype compared with the exact model (default gguf-q8)")
+ap.add_argument("--no-llamacpp", action="store_true", help="leave llama.cpp out even when installed")
 ap.add_argument("--json")
 args = ap.parse_args()
 torch.set_num_threads(2)
 DATA = "../shared/data/prompts/"
 exact, tok, _ = loader.load(args.model, "gguf")
-q8, _, _ = loader.load(args.model, "gguf-q8")
+q8, _, _ = loader.load(args.model, args.dtype)
 try:
+    if args.no_llamacpp:
+        raise ImportError
     import llama_cpp
     llm = llama_cpp.Llama(str(catalog.gguf_path(args.model, loader.home() / "downloads")), n_ctx=4096,
                           n_threads=2, verbose=False)
@@ -60,7 +65,7 @@ for cat in ("code", "general", "math"):
         le, lq = logits(exact, seq)[len(ids) - 1:-1], logits(q8, seq)[len(ids) - 1:-1]      # [n, V] predicting ref
         pe, lpq = torch.log_softmax(le, -1), torch.log_softmax(lq, -1)
         row = {"category": cat, "id": p.id, "top1": (le.argmax(-1) == lq.argmax(-1)).float().mean().item(),
-               "kl": (pe.exp() * (pe - lpq)).sum(-1).mean().item(), "q8_first_diff": first_diff(ref, mine)}
+               "kl": (pe.exp() * (pe - lpq)).sum(-1).mean().item(), "test_first_diff": first_diff(ref, mine)}
         if llm is not None:
             from verispec.peers import greedy
             row["llamacpp_first_diff"] = first_diff(ref, greedy(llm, ids, args.tokens))
@@ -71,7 +76,7 @@ nll = []
 for p in load_prompts([DATA + "long.jsonl"])[:args.long]:
     ids = tok.encode(p.prompt)[:384]
     one = {}
-    for name, model in (("exact", exact), ("q8", q8)):
+    for name, model in (("exact", exact), ("test", q8)):
         lp = torch.log_softmax(logits(model, ids)[:-1], -1)
         one[name] = -lp.gather(1, torch.tensor(ids[1:])[:, None]).mean().item()
     nll.append(one)
@@ -79,12 +84,12 @@ for p in load_prompts([DATA + "long.jsonl"])[:args.long]:
 
 n = len(rows)
 summary = {
-    "model": args.model, "prompts": n, "tokens": args.tokens,
+    "model": args.model, "dtype": args.dtype, "prompts": n, "tokens": args.tokens,
     "top1_agreement": statistics.mean(r["top1"] for r in rows),
     "mean_kl": statistics.mean(r["kl"] for r in rows),
-    "q8_identical": sum(r["q8_first_diff"] == args.tokens for r in rows) / n,
-    "q8_median_first_diff": statistics.median(r["q8_first_diff"] for r in rows),
-    "nll_exact": statistics.mean(x["exact"] for x in nll), "nll_q8": statistics.mean(x["q8"] for x in nll),
+    "test_identical": sum(r["test_first_diff"] == args.tokens for r in rows) / n,
+    "test_median_first_diff": statistics.median(r["test_first_diff"] for r in rows),
+    "nll_exact": statistics.mean(x["exact"] for x in nll), "nll_test": statistics.mean(x["test"] for x in nll),
 }
 if llm is not None:
     summary["llamacpp_identical"] = sum(r["llamacpp_first_diff"] == args.tokens for r in rows) / n

@@ -2,7 +2,7 @@
 trees of 4, 8, 16, 32 and 64 nodes (+ root), after CONTEXT cached tokens (default 256), medians of 15 passes,
 default model. Run it from two checkouts to compare versions side by side:
 
-    python scripts/tree_cost.py [DTYPE [CONTEXT]]      (bf16, the default; fp32, gguf or gguf-q8)
+    python scripts/tree_cost.py [DTYPE [CONTEXT]]      (bf16, the default; bf16a, fp32, gguf or gguf-q8)
     PYTHONPATH=/path/to/other/checkout python scripts/tree_cost.py
     VERISPEC_ISA=avx512 python scripts/tree_cost.py gguf-q8      (the integer product kept off AMX)
 """
@@ -52,8 +52,8 @@ def main(context=256, dtype="bf16"):
 
 if __name__ == "__main__":
     dtype = sys.argv[1] if len(sys.argv) > 1 else "bf16"
-    if dtype not in ("bf16", "fp32", "gguf", "gguf-q8"):
-        sys.exit(f"tree_cost.py: DTYPE must be bf16, fp32, gguf or gguf-q8, got {dtype!r}")
+    if dtype not in ("bf16", "bf16a", "fp32", "gguf", "gguf-q8"):
+        sys.exit(f"tree_cost.py: DTYPE must be bf16, bf16a, fp32, gguf or gguf-q8, got {dtype!r}")
     context = sys.argv[2] if len(sys.argv) > 2 else "256"
     if not context.isdigit() or not 1 <= int(context) <= 8000:
         sys.exit(f"tree_cost.py: CONTEXT must be 1 to 8000 cached tokens, got {context!r}")

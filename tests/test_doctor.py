@@ -24,7 +24,7 @@ def test_doctor_rejects_bad_rows_in_one_line(capsys):
     assert err.startswith("verispec: error:") and "\n" not in err
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "gguf-q8"])
+@pytest.mark.parametrize("dtype", ["bf16", "bf16a", "gguf-q8"])
 def test_the_fingerprint_does_not_depend_on_the_instruction_sets(target_bf16, dtype):
     """Torch forced to its scalar kernels and verispec's forced to AVX2 (as on an AVX2-only machine) give the
     same bits as the best portable ones this machine has (AVX-512 where present; the integer product on AMX

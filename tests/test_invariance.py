@@ -197,14 +197,17 @@ def test_attention_on_amx_tiles_gives_each_row_its_own_bits(heads, kv_heads, d):
     assert error < 5e-5, (heads, d, error)
 
 
-@pytest.fixture(scope="module", params=["fp32", "bf16"])
+@pytest.fixture(scope="module", params=["fp32", "bf16", "bf16a"])
 def tiny(request):
     torch.manual_seed(0)
     model = Llama(CFG)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.08)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[request.param]
-    return model.to(dtype).eval().requires_grad_(False)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16a": torch.bfloat16}[request.param]
+    model = model.to(dtype).eval().requires_grad_(False)
+    if request.param == "bf16a":
+        ops.bf16_activations(model)
+    return model
 
 
 def random_tree(n: int, g: torch.Generator) -> torch.Tensor:

@@ -70,7 +70,8 @@ class Target:
         if mine.exists():
             return CostProfile.load(mine)
         from .profile import machine_costs
-        shipped = SHIPPED_PROFILES / f"{'default' if self.is_default else self.name}-{self.dtype}-" \
+        dtype = "bf16" if self.dtype == "bf16a" else self.dtype   # the same acceptance: bf16a's measured apart
+        shipped = SHIPPED_PROFILES / f"{'default' if self.is_default else self.name}-{dtype}-" \
                                      f"{self.model.device.type}.json"
         if self.name and shipped.exists():   # the named model's shipped acceptance, this machine's verify costs
             return machine_costs(self.model, CostProfile.load(shipped), Path(self.folder).name, self.dtype)

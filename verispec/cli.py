@@ -25,11 +25,12 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                                    "(safetensors) or a .gguf file; default: smollm2-135m")
     g.add_argument("--draft", help="draft model for --method draft / draft-tree (name, folder or .gguf), or heads "
                                    "for --method medusa / eagle; default: the ones shipped or named for the target")
-    g.add_argument("--dtype", choices=("fp32", "bf16", "gguf", "gguf-q8"),
+    g.add_argument("--dtype", choices=("fp32", "bf16", "bf16a", "gguf", "gguf-q8"),
                    help="weights in fp32, bf16, or as the GGUF file stores them (gguf: quantized, exactly the "
                         "fp32 model, fewer bytes; gguf-q8: the same weights with 8-bit activations and integer sums, "
-                        "as llama.cpp computes, faster, a slightly different model); default: the named model's "
-                        "(gguf for Qwen2.5-Coder), else bf16")
+                        "as llama.cpp computes, faster, a slightly different model); bf16a: bf16 weights and bf16 "
+                        "activations into each product (CPU; faster where the CPU has AVX512_BF16, a slightly "
+                        "different model from bf16); default: the named model's (gguf for Qwen2.5-Coder), else bf16")
     g.add_argument("--draft-weights", choices=DRAFT_WEIGHTS, default="auto",
                    help="the draft's or heads' weights: q4 (requantized to 4 bits, integer products: cheaper to "
                         "read), native (as loaded), auto (q4 beside a --dtype gguf or gguf-q8 target on the CPU, else "

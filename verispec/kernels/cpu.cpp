@@ -18,6 +18,7 @@
 #include "simd.h"
 #include "attention.h"
 #include "famx.h"
+#include "dpbf16.h"
 #include <cmath>
 #include <type_traits>
 #include <string>
@@ -79,13 +80,15 @@ void linear_impl(const float* x, int64_t M, int64_t K, const T* wp, int64_t pane
 
 }  // namespace
 
-// x [M, K] fp32 contiguous; wp [panels, K, 16] (fp32, bf16 or fp16) or bf16 [panels, K/2, 32] (AMX, famx.h);
+// x [M, K] fp32 contiguous; wp [panels, K, 16] (fp32, bf16 or fp16), bf16 [panels, K/2, 32] (AMX, famx.h) or int32
+// [panels, K/2, 16] (bf16 pairs, dpbf16.h);
 // bias [N] fp32 or empty -> y [M, N] fp32
 torch::Tensor linear(torch::Tensor x, torch::Tensor wp, int64_t N, c10::optional<torch::Tensor> bias) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(), "linear: x must be [M, K] fp32");
   const bool amx = wp.dim() == 3 && wp.size(2) == 32;       // bf16 panels for AMX tiles: [panels, K/2, 32]
+  const bool pairs = wp.scalar_type() == at::kInt;          // bf16 pair panels (--dtype bf16a): [panels, K/2, 16]
   TORCH_CHECK(wp.dim() == 3 && (wp.size(2) == 16 || amx) && wp.is_contiguous() &&
-              wp.size(1) * (amx ? 2 : 1) == x.size(1), "linear: bad panels");
+              wp.size(1) * (amx || pairs ? 2 : 1) == x.size(1), "linear: bad panels");
   TORCH_CHECK(!amx || (wp.scalar_type() == at::kBFloat16 && x.size(1) % 32 == 0 && fp_amx()),
               "linear: AMX panels need bf16 weights, K a multiple of 32 and the AMX product on (set_fp_isa)");
   const int64_t M = x.size(0), K = x.size(1);
@@ -96,6 +99,11 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor wp, int64_t N, c10::optional
     b = bias->data_ptr<float>();
   }
   if (M == 0) return y;
+  if (pairs) {
+    dpbf16_linear(x.data_ptr<float>(), M, K, reinterpret_cast<const uint32_t*>(wp.data_ptr()), wp.size(0), b,
+                  y.data_ptr<float>(), N, fp_avx512() && cpu_has_avx512_bf16());
+    return y;
+  }
   if (amx) {
     famx_linear(x.data_ptr<float>(), M, K, reinterpret_cast<const uint16_t*>(wp.data_ptr()), wp.size(0), b,
                 y.data_ptr<float>(), N);
@@ -295,5 +303,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("layer", &layer, "one decoder layer: the op-by-op path's calls in one");
   m.def("silu_mul", &silu_mul, "silu(gate) * up");
   m.def("fp_isa", &fp_isa, "the float product's instruction set: 'amx' (bf16 weights), 'avx512' or 'avx2'");
+  m.def("pairs_isa", [] { return fp_avx512() && cpu_has_avx512_bf16() ? "avx512_bf16" : "avx2"; },
+        "the bf16 pair product's (--dtype bf16a) instruction set: 'avx512_bf16' (vdpbf16ps) or 'avx2' (FMAs)");
   m.def("set_fp_isa", &set_fp_isa, "'avx2' forces the AVX2 float product, 'best' restores the best (same bits)");
 }

@@ -97,9 +97,11 @@ class _Fused:
                        block.mlp_norm.weight32(), w13, w2]
         self.widths = [a.wqkv.out_features, a.wo.out_features, m.w13.out_features, m.w2.out_features]
         self.shape = _shape(block)
+        self.products = (a.wqkv, a.wo, m.w13, m.w2)
+        self.pairs = tuple(p.act_bf16 for p in self.products)     # bf16 activations decide the panels' layout
 
     def valid(self) -> bool:
-        return self.watched.unchanged()
+        return self.watched.unchanged() and tuple(p.act_bf16 for p in self.products) == self.pairs
 
 
 def _fused(block) -> _Fused:

@@ -62,19 +62,21 @@ def _rows(fn, x: torch.Tensor) -> torch.Tensor:
     return fn(x)
 
 
-def _panels(weight: torch.Tensor, amx: bool | None = None) -> torch.Tensor:
+def _panels(weight: torch.Tensor, amx: bool | None = None, pairs: bool = False) -> torch.Tensor:
     """[N, K] -> [ceil(N / 16), K, 16]: 16 outputs' weights side by side for each k (the kernel's layout); with
     `amx` (None: where the bf16 product runs on AMX tiles now, `amx_layout`) [P, K/2, 32]: for each pair of k,
-    the 16 outputs' two weights side by side, the layout an AMX tile loads."""
+    the 16 outputs' two weights side by side, the layout an AMX tile loads; with `pairs` (bf16 weights, --dtype
+    bf16a) that layout as int32 [P, K/2, 16], each element one output's pair (`kernels/dpbf16.h`)."""
     n, k = weight.shape
     pad = -n % 16
     w = F.pad(weight.detach(), (0, 0, 0, pad)) if pad else weight.detach()
     panels = w.view(-1, 16, k).transpose(1, 2)                                        # [P, K, 16]
     if amx is None:
-        amx = amx_layout(weight)
-    if not amx:
+        amx = amx_layout(weight) and not pairs
+    if not (amx or pairs):
         return panels.contiguous()
-    return panels.reshape(-1, k // 2, 2, 16).transpose(2, 3).reshape(-1, k // 2, 32).contiguous()
+    paired = panels.reshape(-1, k // 2, 2, 16).transpose(2, 3).reshape(-1, k // 2, 32).contiguous()
+    return paired.view(torch.int32) if pairs else paired                              # [P, K/2, 16] int32
 
 
 def amx_layout(weight: torch.Tensor) -> bool:
@@ -103,25 +105,28 @@ class _Packed:
     def __init__(self):
         self.key, self.panels, self.bias = None, None, None
 
-    def get(self, weight: torch.Tensor, bias: torch.Tensor | None):
-        amx = amx_layout(weight)
-        key = (weight.data_ptr(), _version(weight), weight.dtype, None if bias is None else _version(bias), amx)
+    def get(self, weight: torch.Tensor, bias: torch.Tensor | None, pairs: bool = False):
+        amx = amx_layout(weight) and not pairs
+        key = (weight.data_ptr(), _version(weight), weight.dtype, None if bias is None else _version(bias), amx, pairs)
         if key != self.key:
-            self.panels = _panels(weight, amx)
+            self.panels = _panels(weight, amx, pairs)
             self.bias = None if bias is None else bias.detach().float().contiguous()
             self.key = key
         return self.panels, self.bias
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, packed: _Packed,
-            fp32: bool) -> torch.Tensor:
-    """x [..., K] -> x @ weight.T + bias [..., N], in fp32 if `fp32` else in x's dtype."""
+            fp32: bool, act_bf16: bool = False) -> torch.Tensor:
+    """x [..., K] -> x @ weight.T + bias [..., N], in fp32 if `fp32` else in x's dtype; `act_bf16` (bf16 weights,
+    --dtype bf16a): x rounded to bf16 first, the kernel's pair product (`kernels/dpbf16.h`)."""
     if not (invariant(x) and invariant(weight)):
         b = None if bias is None else bias.to(x.dtype)
         rows = x.reshape(-1, x.shape[-1])
+        if act_bf16:
+            rows = rows.to(torch.bfloat16).to(x.dtype)
         y = _rows(lambda r: F.linear(r, weight.to(x.dtype), b), rows).view(*x.shape[:-1], weight.shape[0])
         return y.float() if fp32 else y
-    panels, b = packed.get(weight, bias)
+    panels, b = packed.get(weight, bias, act_bf16)
     k = kernels.load()
     rows = x.reshape(-1, x.shape[-1]).float().contiguous()                            # [M, K]
     y = _rows(lambda r: k.linear(r, panels, weight.shape[0], b), rows)                 # [M, N] fp32
@@ -141,15 +146,16 @@ class Linear(nn.Linear):
         self._packed = _Packed()
         self.quant = None
         self.int8 = False
+        self.act_bf16 = False
 
     def panels(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The kernel's weight layout and fp32 bias (rebuilt when the weight changes)."""
-        return self._packed.get(self.weight, self.bias)
+        return self._packed.get(self.weight, self.bias, self.act_bf16)
 
     def forward(self, x: torch.Tensor, fp32: bool = False) -> torch.Tensor:
         if self.quant is not None:
             return self._quantized(x, fp32)
-        return _linear(x, self.weight, self.bias, self._packed, fp32)
+        return _linear(x, self.weight, self.bias, self._packed, fp32, self.act_bf16)
 
     def _quantized(self, x: torch.Tensor, fp32: bool) -> torch.Tensor:
         """x [..., K] -> [..., N]: each part's product on its quantized blocks, each output one fp32 FMA chain
@@ -164,6 +170,17 @@ class Linear(nn.Linear):
             y = _rows(lambda r: torch.cat([mm(r, p, b) for p, b in zip(self.quant, biases)], -1), rows)
         y = y.view(*x.shape[:-1], self.out_features)                                   # fp32
         return y if fp32 else y.to(x.dtype)
+
+
+def bf16_activations(model: nn.Module) -> None:
+    """--dtype bf16a: every `Linear` of `model` (bf16 weights) rounds its activations to bf16 and runs the pair
+    product (`kernels/dpbf16.h`). Every product's input width must be even (its k come in pairs)."""
+    linears = [m for m in model.modules() if isinstance(m, Linear)]
+    odd = [m.in_features for m in linears if m.in_features % 2]
+    if odd:
+        raise ValueError(f"bf16 activations need every product's input width even; this model has {odd[0]}")
+    for m in linears:
+        m.act_bf16 = True
 
 
 def product(weight: torch.Tensor):
