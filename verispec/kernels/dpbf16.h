@@ -28,20 +28,44 @@ inline bool cpu_has_avx512_bf16() {
   return v;
 }
 
-// x [M, K] fp32 -> xp [M, K/2] bf16 pairs (integer rounding: the same on every machine)
-inline void pack_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp) {
-  at::parallel_for(0, M, 16, [&](int64_t b, int64_t e) {
-    for (int64_t i = b * K; i < e * K; i += 2) {
-      uint32_t h[2];
-      for (int t = 0; t < 2; ++t) {
-        uint32_t u;
-        std::memcpy(&u, x + i + t, 4);
-        h[t] = (u & 0x7FFFFFFFu) > 0x7F800000u ? ((u >> 16) | 0x40u) : (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-      }
-      xp[i / 2] = h[0] | (h[1] << 16);
-    }
-  });
+// fp32 -> bf16 bits, round to nearest even (integer arithmetic: the same on every machine; a NaN stays a NaN)
+inline uint32_t round_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return (u & 0x7FFFFFFFu) > 0x7F800000u ? ((u >> 16) | 0x40u) : (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
 }
+
+// n (even) fp32 values -> n/2 bf16 pairs: the even one in the low half (8 at a time as round_bf16 does each)
+inline void round_pairs(const float* x, int64_t n, uint32_t* xp) {
+  int64_t i = 0;
+  const __m256i abs = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+  const __m256i half = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x40);
+  const __m256i evens = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    const __m256i top = _mm256_srli_epi32(u, 16);
+    const __m256i rne = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, half), _mm256_and_si256(top, one)), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+    const __m256i r = _mm256_blendv_epi8(rne, _mm256_or_si256(top, quiet), nan);           // 8 x bf16 in 32 bits
+    const __m256i pair = _mm256_or_si256(r, _mm256_srli_epi64(r, 16));   // low dword of each 64: even | odd << 16
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(xp + i / 2),
+                     _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(pair, evens)));
+  }
+  for (; i < n; i += 2) xp[i / 2] = round_bf16(x[i]) | (round_bf16(x[i + 1]) << 16);
+}
+
+// x [M, K] fp32 -> xp [M, K/2] bf16 pairs
+inline void pack_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp) {
+  at::parallel_for(0, M, 16, [&](int64_t b, int64_t e) { round_pairs(x + b * K, (e - b) * K, xp + b * K / 2); });
+}
+
+// Sets MXCSR's flush-to-zero and denormals-are-zero for its lifetime (the definition's flushing, for every fp32
+// operation of the thread that holds it), then restores the caller's
+struct FlushDenormals {
+  unsigned saved = _mm_getcsr();
+  FlushDenormals() { _mm_setcsr(saved | 0x8040u); }
+  ~FlushDenormals() { _mm_setcsr(saved); }
+};
 
 // One tile: mt rows of xp (row stride K2) x one or two panels (np) of pair panels w (panel stride K2 * 16), pairs
 // [j0, j1), accumulators acc [mt, lda] loaded and stored (a flushed fp32 value survives memory unchanged).
@@ -137,8 +161,7 @@ inline void dpbf16_linear(const float* x, int64_t M, int64_t K, const uint32_t* 
   for (int64_t m0 = 0; m0 < M; m0 += MB) {
     const int64_t mb = std::min(MB, M - m0), G = n_groups(mb, group);
     at::parallel_for(0, pairs, mb <= 12 ? 2 : 1, [&](int64_t b, int64_t e) {
-      const unsigned csr = _mm_getcsr();
-      _mm_setcsr(csr | 0x8040u);             // flush-to-zero, denormals-are-zero: the FMAs' and the bias's
+      FlushDenormals flush;                  // the FMAs' and the bias's
       alignas(64) float acc[96 * 32];
       for (int64_t pp = b; pp < e; ++pp) {
         const int64_t p = 2 * pp, np = std::min<int64_t>(2, panels - p), width = 16 * np;
@@ -151,7 +174,6 @@ inline void dpbf16_linear(const float* x, int64_t M, int64_t K, const uint32_t* 
           }
         store_rows(acc, mb, width, p, m0, bias, y, N);
       }
-      _mm_setcsr(csr);
     });
   }
 }
