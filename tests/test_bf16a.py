@@ -52,7 +52,8 @@ def test_the_pair_product_is_its_definition_on_every_instruction_set():
 
 def test_denormals_flush_alike_on_every_instruction_set():
     """Products and sums near fp32's smallest normal: `vdpbf16ps` reads denormal inputs as zero and flushes
-    denormal results, and so do the AVX2 FMAs (MXCSR's DAZ and FTZ). NaN and infinity pass through alike."""
+    denormal results, and so do the AVX2 FMAs (MXCSR's DAZ and FTZ). Infinities alike; a NaN (one per row here)
+    reaches every output of its row alike."""
     lib = kernels.load()
     g = torch.Generator().manual_seed(12)
     n, k, m = 32, 64, 7
@@ -103,6 +104,67 @@ def test_a_bf16a_model_is_bf16_weights_with_bf16_activations(target_bf16):
 def test_bf16a_refuses_what_it_cannot_run():
     with pytest.raises(VerispecError, match="CPU only"):
         loader.load(None, "bf16a", device="meta")
-    odd = torch.nn.Sequential(ops.Linear(3, 4))
+    odd = torch.nn.Sequential(ops.Linear(3, 4).bfloat16())
     with pytest.raises(ValueError, match="input width even"):
         ops.bf16_activations(odd)
+    with pytest.raises(ValueError, match="need bf16 weights"):
+        ops.bf16_activations(torch.nn.Sequential(ops.Linear(4, 4)))
+    with pytest.raises(ValueError, match="hold bf16 weights"):
+        ops._panels(torch.randn(16, 4), pairs=True)
+
+
+def test_vdpbf16ps_runs_where_the_cpu_has_it():
+    """The pair product runs vdpbf16ps wherever the CPU has AVX512_BF16: its self-check against the AVX2 steps
+    (edge inputs: underflow, denormals, cancellation) passed. A CPU whose instruction gives other bits still decodes
+    bf16a's bits, on the AVX2 steps, but fails here by name."""
+    lib = kernels.load()
+    has = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16"} <= kernels.cpu_flags()
+    assert lib.pairs_isa() == ("avx512_bf16" if has else "avx2"), sorted(kernels.cpu_flags())
+    try:
+        lib.set_fp_isa("avx2")
+        assert lib.pairs_isa() == "avx2"
+    finally:
+        lib.set_fp_isa("best")
+
+
+@torch.inference_mode()
+def test_turning_bf16_activations_on_after_a_pass_re_lays_out_every_layer():
+    """Each layer's, and the one-call stack's, cached weight layouts watch `act_bf16`: a model flagged after it has
+    run gives a model flagged before any pass its bits."""
+    import copy
+
+    from verispec.model.llama import Llama, LlamaConfig
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
+                              num_kv_heads=2, max_position=128))
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.08)
+    model = model.to(torch.bfloat16).eval().requires_grad_(False)
+    fresh = copy.deepcopy(model)
+    ops.bf16_activations(fresh)
+    ids = torch.randint(0, 256, (1, 16))
+
+    def logits(m):
+        return m.logits(m(ids, torch.arange(16)[None], m.new_cache(17)))
+
+    before = logits(model)
+    ops.bf16_activations(model)
+    after = logits(model)
+    assert not torch.equal(before, after)
+    assert torch.equal(after, logits(fresh))
+
+
+def test_activations_round_as_torch_rounds_to_bf16():
+    """The kernel's rounding of activations (8 at a time, and the scalar tail) is round-to-nearest-even, as
+    torch's conversion to bf16: ties, carries into the exponent, the largest finite values, signs. An identity
+    weight reads each rounded activation back (no infinities: an infinity times the identity's zeros is NaN)."""
+    lib = kernels.load()
+    one = 1.0 + 2.0 ** -8
+    values = torch.tensor([one, 1.0 + 3 * 2.0 ** -8, -one, 1.0 - 2.0 ** -9, 2.0 - 2.0 ** -9, 3.39e38, -3.39e38,
+                           3.38e38, 1e30, -2.5e-3, 6.1e-5, 0.0, -0.0, -1e-30, 65504.0, 1e-30, 7.0, -7.5, 123.456,
+                           1.0 + 2.0 ** -16])
+    for k in (20, 18):                                     # 18: two values left for the scalar tail
+        x = values[:k].reshape(1, k)
+        y = lib.linear(x.contiguous(), ops._panels(torch.eye(k, dtype=torch.bfloat16), pairs=True), k, None)
+        want = x.to(torch.bfloat16).float() + 0.0          # the identity's zero products turn -0 into +0
+        assert torch.equal(bits(y), bits(want)), (y, want)

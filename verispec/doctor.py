@@ -110,7 +110,9 @@ def cmd_doctor(args) -> int:
             print("bf16 products, and attention over bf16 caches: AMX-BF16 tiles, for every row count (each fp32 "
                   "operand in two bf16 parts; rows invariant, but bits of this machine's own, not the AVX kernels': "
                   "VERISPEC_ISA=avx512 gives those)")
-        pairs = {"avx512_bf16": "AVX512_BF16 (vdpbf16ps)", "avx2": "AVX2 FMAs"}[lib.pairs_isa()]
+        pairs = {"avx512_bf16": "AVX512_BF16 (vdpbf16ps)", "avx2": "AVX2 FMAs"}.get(lib.pairs_isa(),
+                                                                                   "AVX2 FMAs (this CPU's vdpbf16ps "
+                                                                                   "gave other bits on a self-check)")
         print(f"bf16 pair products (bf16a): {pairs} (the same two roundings per pair of k with either: the same "
               "bits)")
         names = {"amx": f"AMX tiles from {lib.q8_amx_rows()} rows, AVX-512 VNNI below", "vnni": "AVX-512 VNNI",

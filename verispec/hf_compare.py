@@ -56,7 +56,10 @@ class HFRunner:
         unknown = [m for m in methods if m not in HF_METHODS]
         if unknown:
             raise VerispecError(f"unknown method(s) {', '.join(unknown)}: hf methods are {', '.join(HF_METHODS)}")
-        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[target.dtype]
+        dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}.get(target.dtype)
+        if dtype is None:
+            raise VerispecError(f"hf-* methods compare a fp32 or bf16 model with transformers', not --dtype "
+                                f"{target.dtype}")
         self.model = AutoModelForCausalLM.from_pretrained(target.folder, dtype=dtype).to(target.model.device)
         self.model.eval()
         if "hf-draft" in methods:

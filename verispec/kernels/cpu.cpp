@@ -101,7 +101,7 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor wp, int64_t N, c10::optional
   if (M == 0) return y;
   if (pairs) {
     dpbf16_linear(x.data_ptr<float>(), M, K, reinterpret_cast<const uint32_t*>(wp.data_ptr()), wp.size(0), b,
-                  y.data_ptr<float>(), N, fp_avx512() && cpu_has_avx512_bf16());
+                  y.data_ptr<float>(), N, fp_pairs_dp());
     return y;
   }
   if (amx) {
@@ -303,7 +303,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("layer", &layer, "one decoder layer: the op-by-op path's calls in one");
   m.def("silu_mul", &silu_mul, "silu(gate) * up");
   m.def("fp_isa", &fp_isa, "the float product's instruction set: 'amx' (bf16 weights), 'avx512' or 'avx2'");
-  m.def("pairs_isa", [] { return fp_avx512() && cpu_has_avx512_bf16() ? "avx512_bf16" : "avx2"; },
-        "the bf16 pair product's (--dtype bf16a) instruction set: 'avx512_bf16' (vdpbf16ps) or 'avx2' (FMAs)");
+  m.def("pairs_isa", [] {
+          return fp_pairs_dp() ? "avx512_bf16" : fp_avx512() && cpu_has_avx512_bf16() ? "avx2 (vdpbf16ps disagreed)"
+                                                                                       : "avx2";
+        }, "the bf16 pair product's (--dtype bf16a) instruction set: 'avx512_bf16' (vdpbf16ps) or 'avx2' (FMAs)");
   m.def("set_fp_isa", &set_fp_isa, "'avx2' forces the AVX2 float product, 'best' restores the best (same bits)");
 }

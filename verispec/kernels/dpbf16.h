@@ -1,5 +1,5 @@
 // The product of `--dtype bf16a` (cpu.cpp, `linear` with pair panels): bf16 weights times activations rounded to
-// bf16, fp32 sums, the same bits on every x86-64 machine and for a row alone or in any pass.
+// bf16, fp32 sums, the same bits on every x86-64 machine with AVX2 and for a row alone or in any pass.
 //
 // Definition. Each activation is rounded to bf16 (round to nearest even of its fp32 bits; a NaN stays a NaN).
 // Output y[m, n] starts at +0 and, for each pair j = 0 .. K/2 - 1 in order, takes two fp32 fused multiply-adds,
@@ -9,7 +9,8 @@
 // values is exact in fp32, so each step rounds once.
 //
 // That is what one `vdpbf16ps` lane does (AVX512_BF16: Intel Cooper Lake, Sapphire Rapids and later, AMD Zen 4
-// and later; checked bit for bit against the FMA sequence on AMD EPYC, session 37): 32 bf16 products per
+// and later; checked bit for bit against the FMA sequence on AMD EPYC, session 37, and on every CPU at first use,
+// `pairs_dp_agrees`): 32 bf16 products per
 // instruction where an fp32 FMA does 16, and no widening of the weights. Elsewhere the same steps run as AVX2 FMAs
 // with MXCSR's flush-to-zero and denormals-are-zero set, the same bits at the FMA product's speed.
 //
@@ -148,6 +149,42 @@ VS_DPBF16 void pair_tile_dp(int64_t mt, int64_t np, const uint32_t* xp, int64_t 
   if (np == 2) pair_rows16<2>(mt, xp, K2, w, j0, j1, acc, lda);
   else pair_rows16<1>(mt, xp, K2, w, j0, j1, acc, lda);
 }
+
+// Whether this CPU's vdpbf16ps gives the definition's bits: checked once, against the AVX2 steps, on pairs of
+// every sign, exponent and mantissa (denormals, products that underflow or overflow, sums that cancel); where it
+// does not, the pair product runs the AVX2 steps (`pairs_isa` says which)
+inline bool pairs_dp_agrees() {
+  static const bool agrees = [] {
+    constexpr int64_t M = 3, K2 = 64, N = 32;
+    std::vector<uint32_t> xp(M * K2), wp(2 * K2 * 16);
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    const auto bf16 = [&s](uint32_t lo, uint32_t hi) {   // a bf16 of random sign and mantissa, exponent in [lo, hi]
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      const uint32_t e = lo + static_cast<uint32_t>((s >> 33) % (hi - lo + 1));
+      return static_cast<uint32_t>(((s >> 20) & 1) << 15 | e << 7 | ((s >> 40) & 0x7F));
+    };
+    // panel 0's weights about 2^-17 .. 2^17, panel 1's 2^-37 .. 2^-17; row 0 about 2^-17 .. 2^17 (rounding,
+    // cancellation), row 1 2^-127 .. 2^-109 (against panel 1: products and sums about 2^-126, underflow,
+    // denormals), row 2 from denormal to 2^73
+    const uint32_t lo[M] = {110, 0, 0}, hi[M] = {144, 18, 200};
+    for (int64_t i = 0; i < M * K2; ++i) xp[i] = bf16(lo[i / K2], hi[i / K2]) | bf16(lo[i / K2], hi[i / K2]) << 16;
+    for (size_t i = 0; i < wp.size(); ++i) {
+      const uint32_t l = i < K2 * 16 ? 110 : 90, h = i < K2 * 16 ? 144 : 110;
+      wp[i] = bf16(l, h) | bf16(l, h) << 16;
+    }
+    for (int64_t j = 0; j < K2; j += 5) wp[j * 16] = xp[j] ^ 0x80008000u;     // row 0's products that cancel
+    alignas(64) float a[M * N] = {}, b[M * N] = {};
+    FlushDenormals flush;
+    pair_tile_dp(M, 2, xp.data(), K2, wp.data(), 0, K2, a, N);
+    pair_tile_avx2(M, 2, xp.data(), K2, wp.data(), 0, K2, b, N);
+    return std::memcmp(a, b, sizeof(a)) == 0;
+  }();
+  return agrees;
+}
+
+// Whether the pair product runs vdpbf16ps now: the CPU has AVX512_BF16, the float product may use AVX-512
+// (set_fp_isa), and the instruction agrees with the definition here
+inline bool fp_pairs_dp() { return fp_avx512() && cpu_has_avx512_bf16() && pairs_dp_agrees(); }
 
 // y [M, N] = the definition above (+ bias). Blocks of up to 96 rows (their pairs stay in L2), the threads sharing
 // each block's panel pairs; within a pair of panels, rows in groups of up to `group` over k blocks of 128 pairs

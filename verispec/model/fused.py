@@ -90,18 +90,17 @@ class _Fused:
 
     def __init__(self, block):
         a, m = block.attn, block.mlp
-        self.watch = _slots(block) + _watch((block.attn_norm, a.wqkv, a.wo, block.mlp_norm, m.w13, m.w2))
+        self.watch = _slots(block) + _watch((block.attn_norm, a.wqkv, a.wo, block.mlp_norm, m.w13, m.w2)) + \
+            [(vars(lin), "act_bf16", lin.act_bf16) for lin in (a.wqkv, a.wo, m.w13, m.w2)]   # decides the layout
         self.watched = _Watched(self.watch)
         (wqkv, bqkv), (wo, _), (w13, _), (w2, _) = a.wqkv.panels(), a.wo.panels(), m.w13.panels(), m.w2.panels()
         self.params = [block.attn_norm.weight32(), wqkv, torch.empty(0) if bqkv is None else bqkv, wo,
                        block.mlp_norm.weight32(), w13, w2]
         self.widths = [a.wqkv.out_features, a.wo.out_features, m.w13.out_features, m.w2.out_features]
         self.shape = _shape(block)
-        self.products = (a.wqkv, a.wo, m.w13, m.w2)
-        self.pairs = tuple(p.act_bf16 for p in self.products)     # bf16 activations decide the panels' layout
 
     def valid(self) -> bool:
-        return self.watched.unchanged() and tuple(p.act_bf16 for p in self.products) == self.pairs
+        return self.watched.unchanged()
 
 
 def _fused(block) -> _Fused:
@@ -178,7 +177,8 @@ class _Stack:
                 self.kernel.add_quant(_norms32(block), *_quant_args(block), *_shape(block))
                 watch += _slots(block) + _watch((block.attn_norm, block.mlp_norm, a.wqkv))
             # each product's quantized parts (float ones: None) and whether they multiply in 8 bits, as attributes
-            watch += [(vars(lin), name, vars(lin)[name]) for lin in _products(block) for name in ("quant", "int8")]
+            watch += [(vars(lin), name, vars(lin)[name]) for lin in _products(block)
+                      for name in ("quant", "int8", "act_bf16")]
         self.watched = _Watched(watch)
 
     def valid(self, blocks: nn.ModuleList) -> bool:

@@ -21,8 +21,8 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16a": torch.bfloat16
           "gguf": torch.float32, "gguf-q8": torch.float32}
 # "bf16a": bf16 weights, and each matrix product's activations rounded to bf16 too, summed in fp32 in pairs of k
 # (`kernels/dpbf16.h`: one AVX512_BF16 `vdpbf16ps` per pair where the CPU has it, the same FMA steps elsewhere): a
-# slightly different model from bf16 (whose activations stay fp32), the same bits on every machine, and its
-# products 1.3-2x faster on AVX512_BF16 CPUs. CPU only.
+# slightly different model from bf16 (whose activations stay fp32), the same bits on every machine (attention on
+# AMX tiles excepted, as for bf16), and its products 1.1-2.1x faster on AVX512_BF16 CPUs. CPU only.
 # "gguf": the GGUF file's quantized matrices multiplied as they are stored (`quant`), everything else fp32: the
 # very model `fp32` loads (the file's fp32 dequantization), bit for bit, with 3-4x fewer bytes read per pass.
 # "gguf-q8": the same weights, each matrix product's activations quantized to 8 bits per 32 values and summed in

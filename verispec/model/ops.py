@@ -73,6 +73,8 @@ def _panels(weight: torch.Tensor, amx: bool | None = None, pairs: bool = False) 
     panels = w.view(-1, 16, k).transpose(1, 2)                                        # [P, K, 16]
     if amx is None:
         amx = amx_layout(weight) and not pairs
+    if pairs and weight.dtype != torch.bfloat16:
+        raise ValueError(f"pair panels hold bf16 weights, not {weight.dtype}")
     if not (amx or pairs):
         return panels.contiguous()
     paired = panels.reshape(-1, k // 2, 2, 16).transpose(2, 3).reshape(-1, k // 2, 32).contiguous()
@@ -179,6 +181,9 @@ def bf16_activations(model: nn.Module) -> None:
     odd = [m.in_features for m in linears if m.in_features % 2]
     if odd:
         raise ValueError(f"bf16 activations need every product's input width even; this model has {odd[0]}")
+    other = [m.weight.dtype for m in linears if m.weight.dtype != torch.bfloat16 or m.quant is not None]
+    if other:
+        raise ValueError(f"bf16 activations need bf16 weights; this model has {other[0]} ones")
     for m in linears:
         m.act_bf16 = True
 
