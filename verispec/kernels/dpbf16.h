@@ -5,14 +5,14 @@
 // Output y[m, n] starts at +0 and, for each pair j = 0 .. K/2 - 1 in order, takes two fp32 fused multiply-adds,
 // the odd k first:
 //     acc = fma(x[m, 2j + 1], w[n, 2j + 1], acc);  acc = fma(x[m, 2j], w[n, 2j], acc)
-// with denormal inputs read as zero and denormal results flushed to zero; then + bias (flushed the same way). A product of two bf16
-// values is exact in fp32, so each step rounds once.
+// with denormal inputs read as zero and denormal results flushed to zero; then + bias (flushed the same way). A
+// product of two bf16 values is exact in fp32, so each step rounds once.
 //
 // That is what one `vdpbf16ps` lane does (AVX512_BF16: Intel Cooper Lake, Sapphire Rapids and later, AMD Zen 4
-// and later; checked bit for bit against the FMA sequence on AMD EPYC, session 37, and on every CPU at first use,
-// `pairs_dp_agrees`): 32 bf16 products per
-// instruction where an fp32 FMA does 16, and no widening of the weights. Elsewhere the same steps run as AVX2 FMAs
-// with MXCSR's flush-to-zero and denormals-are-zero set, the same bits at the FMA product's speed.
+// and later; checked bit for bit against the FMA sequence on AMD EPYC in session 37, and on every CPU at first
+// use, `pairs_dp_agrees`): 32 bf16 products per instruction where an fp32 FMA does 16, and no widening of the
+// weights. Elsewhere the same steps run as AVX2 FMAs with MXCSR's flush-to-zero and denormals-are-zero set: the
+// same bits, at the FMA product's speed.
 //
 // Layouts. Weights: pair panels [panels, K/2, 16] int32 (`ops._panels(w, pairs=True)`), element (j, n) holding
 // w[n, 2j] in its low half and w[n, 2j + 1] in its high half. Activations: the same pairs per row, [M, K/2].
@@ -90,7 +90,8 @@ inline void pair_tile8(const uint32_t* xp, int64_t K2, const uint32_t* w, int64_
     }
     for (int m = 0; m < MT; ++m) {
       const __m256i v = _mm256_set1_epi32(static_cast<int>(xp[m * K2 + j]));
-      const __m256 xe = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), xo = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+      const __m256 xe = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+      const __m256 xo = _mm256_castsi256_ps(_mm256_and_si256(v, high));
       for (int h = 0; h < 2; ++h) acc[m][h] = _mm256_fmadd_ps(xe, we[h], _mm256_fmadd_ps(xo, wo[h], acc[m][h]));
     }
   }
@@ -150,9 +151,10 @@ VS_DPBF16 void pair_tile_dp(int64_t mt, int64_t np, const uint32_t* xp, int64_t 
   else pair_rows16<1>(mt, xp, K2, w, j0, j1, acc, lda);
 }
 
-// Whether this CPU's vdpbf16ps gives the definition's bits: checked once, against the AVX2 steps, on pairs of
-// every sign, exponent and mantissa (denormals, products that underflow or overflow, sums that cancel); where it
-// does not, the pair product runs the AVX2 steps (`pairs_isa` says which)
+// Whether this CPU's vdpbf16ps gives the definition's bits: checked once, against the AVX2 steps, on random signs
+// and mantissas over three ranges of exponents (rounding and cancellation; products and sums about 2^-126, with
+// underflow and denormals; from denormal to 2^90); where it does not, the pair product runs the AVX2 steps
+// (`pairs_isa` says which)
 inline bool pairs_dp_agrees() {
   static const bool agrees = [] {
     constexpr int64_t M = 3, K2 = 64, N = 32;
@@ -163,15 +165,16 @@ inline bool pairs_dp_agrees() {
       const uint32_t e = lo + static_cast<uint32_t>((s >> 33) % (hi - lo + 1));
       return static_cast<uint32_t>(((s >> 20) & 1) << 15 | e << 7 | ((s >> 40) & 0x7F));
     };
+    const auto pair = [&bf16](uint32_t lo, uint32_t hi) {  // two draws, in order (the low half first)
+      const uint32_t even = bf16(lo, hi);
+      return even | bf16(lo, hi) << 16;
+    };
     // panel 0's weights about 2^-17 .. 2^17, panel 1's 2^-37 .. 2^-17; row 0 about 2^-17 .. 2^17 (rounding,
     // cancellation), row 1 2^-127 .. 2^-109 (against panel 1: products and sums about 2^-126, underflow,
     // denormals), row 2 from denormal to 2^73
     const uint32_t lo[M] = {110, 0, 0}, hi[M] = {144, 18, 200};
-    for (int64_t i = 0; i < M * K2; ++i) xp[i] = bf16(lo[i / K2], hi[i / K2]) | bf16(lo[i / K2], hi[i / K2]) << 16;
-    for (size_t i = 0; i < wp.size(); ++i) {
-      const uint32_t l = i < K2 * 16 ? 110 : 90, h = i < K2 * 16 ? 144 : 110;
-      wp[i] = bf16(l, h) | bf16(l, h) << 16;
-    }
+    for (int64_t i = 0; i < M * K2; ++i) xp[i] = pair(lo[i / K2], hi[i / K2]);
+    for (size_t i = 0; i < wp.size(); ++i) wp[i] = i < K2 * 16 ? pair(110, 144) : pair(90, 110);
     for (int64_t j = 0; j < K2; j += 5) wp[j * 16] = xp[j] ^ 0x80008000u;     // row 0's products that cancel
     alignas(64) float a[M * N] = {}, b[M * N] = {};
     FlushDenormals flush;
