@@ -4,9 +4,9 @@
   and reproduces weights that already lie on a 4-bit grid exactly;
 - `requant.to_q4` turns GGUF parts and float weights of a module's layers into Q4_1 integer products (4-bit
   kinds stay as stored), and the layer's output stays close to the original's;
-- beside a gguf-q8 target the shipped draft and heads run 4-bit (`--draft-weights auto`; beside a float target
-  on a CPU with AMX too), `native` keeps them as loaded, and both give plain decoding's tokens (the output never
-  depends on a proposer's weights).
+- wherever verispec's CPU kernels run the shipped draft and heads run 4-bit (`--draft-weights auto`, beside a
+  gguf-q8 target and a float one alike), `native` keeps them as loaded, and both give plain decoding's tokens (the
+  output never depends on a proposer's weights).
 """
 import pytest
 import torch
@@ -89,8 +89,8 @@ def test_draft_weights_choice(q8, target_bf16):
     from verispec.api import Target, draft_weights
     assert draft_weights(q8) == ("q4" if kernels.load() is not None else "native")
     assert draft_weights(replace(q8, draft_weights="native")) == "native"
-    amx = kernels.load() is not None and kernels.load().q8_isa() == "amx"    # a float target: q4 on AMX machines
-    assert draft_weights(target_bf16) == ("q4" if amx else "native")
+    assert draft_weights(target_bf16) == ("q4" if kernels.load() is not None else "native")    # a float target too
+    assert draft_weights(replace(target_bf16, draft_weights="native")) == "native"
     with pytest.raises(VerispecError, match="draft weights"):
         Target.load(None, "gguf-q8", "cpu", draft_weights="q3")
 

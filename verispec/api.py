@@ -138,17 +138,16 @@ UNQUANTIZED_DRAFT = "bf16"
 def draft_weights(target: Target) -> str:
     """"q4" or "native": what `target.draft_weights` (`flags.DRAFT_WEIGHTS`) means here. native: the draft's GGUF
     blocks in the target's dtype, or heads in heads_dtype. Like the dtype, this changes acceptance and speed,
-    never the output. auto: q4 where verispec's kernels run beside a quantized target, and beside a float one on a
-    CPU whose integer product runs on AMX tiles (`q8_isa() == "amx"`: the Intel Xeon class where EAGLE's drafting
-    cost a third less, README "Session 32"; drafting's few rows multiply on VNNI even there, so the CPU class, not
-    the tiles, is what was measured; on an AMD EPYC without AMX it did not pay, session 26)."""
+    never the output. auto: q4 wherever verispec's CPU kernels run. Drafting's few rows are bound by reading
+    weights, and 4-bit proposers were faster end to end beside every target dtype measured side by side
+    (`scripts/draft_weights_ab.py`, README "Session 38": the default model in bf16, bf16a and fp32 on an AMD EPYC
+    with VNNI, with its integer product on AVX-512 or forced to AVX2; session 32 on an Intel Xeon with AMX; the
+    Qwen pair, session 26)."""
     from . import kernels
     if target.draft_weights != "auto":
         return target.draft_weights
     module = kernels.load() if target.model.device.type == "cpu" else None
-    if module is None:
-        return "native"
-    return "q4" if target.dtype in loader.QUANTIZED or module.q8_isa() == "amx" else "native"
+    return "native" if module is None else "q4"
 
 
 def cheaper(target: Target, proposer_model: torch.nn.Module, heads: bool = False) -> torch.nn.Module:

@@ -33,8 +33,8 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
                         "different model from bf16); default: the named model's (gguf for Qwen2.5-Coder), else bf16")
     g.add_argument("--draft-weights", choices=DRAFT_WEIGHTS, default="auto",
                    help="the draft's or heads' weights: q4 (requantized to 4 bits, integer products: cheaper to "
-                        "read), native (as loaded), auto (q4 beside a --dtype gguf or gguf-q8 target on the CPU, else "
-                        "native); acceptance and speed change, the output never does")
+                        "read), native (as loaded), auto (q4 wherever verispec's CPU kernels run, "
+                        "else native); acceptance and speed change, the output never does")
     g.add_argument("--device", type=device, default="auto", help="cpu, cuda or auto (default: cuda when present)")
 
 

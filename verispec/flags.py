@@ -8,8 +8,7 @@ import re
 from .errors import VerispecError
 
 # --draft-weights: a proposer's weights, "q4" (requantized to 4 bits, integer products: `model.requant`), "native"
-# (as loaded) or "auto" (q4 where verispec's kernels run beside a quantized target, or beside a float one with the
-# integer product on AMX: `api.draft_weights`)
+# (as loaded) or "auto" (q4 wherever verispec's CPU kernels run: `api.draft_weights`)
 DRAFT_WEIGHTS = ("auto", "q4", "native")
 
 

@@ -1,0 +1,72 @@
+"""A proposer's weights native against q4 (`--draft-weights`), end to end, side by side in one process.
+
+    python scripts/draft_weights_ab.py MODEL DTYPE METHOD [TREE] [--prompts FILE] [--limit N] [--repeats R]
+                                       [--max-new-tokens N]
+
+Loads the target twice (its proposer native, then requantized to 4 bits), and for every prompt runs plain decoding
+and the method with each proposer in turn, greedy, 64 new tokens (`--max-new-tokens`), `--k auto`, the order
+reversed every other round (the VM drifts by 15-30% between runs: only runs interleaved this way show a few
+percent). Checks that all three give the same tokens, then prints each proposer's speedup over plain: summed
+times, end to end (prefill included) and decoding alone, and the median of per-prompt ratios. TREE: as `--tree`
+("none" for a chain). Default prompts: bench/dev_prompts.jsonl, 4 per category (the README's benchmark).
+2 threads.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import torch
+
+from verispec.api import Target, make_engine
+from verispec.engine import Engine, GenerationConfig
+from verispec.prompts import load_prompts
+from verispec.sampling import SamplingConfig
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(usage=__doc__.strip().splitlines()[2].strip())
+    ap.add_argument("model")
+    ap.add_argument("dtype")
+    ap.add_argument("method")
+    ap.add_argument("tree", nargs="?", default="none")
+    ap.add_argument("--prompts", default="bench/dev_prompts.jsonl")
+    ap.add_argument("--limit", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    from verispec.bench import select
+    prompts = select(load_prompts([args.prompts]), args.limit)
+    targets = {w: Target.load(args.model, args.dtype, "cpu", w) for w in ("native", "q4")}
+    tok = targets["native"].tokenizer
+    engines = {"plain": Engine(targets["native"].model)}
+    for w, target in targets.items():
+        engines[w] = make_engine(args.method, target, tree=None if args.tree == "none" else args.tree)
+    times = {name: [] for name in engines}                    # (total s, decoding s) per prompt and round
+    for r in range(args.repeats):
+        for p in prompts:
+            ids, out = tok.prompt_ids(p.prompt), {}
+            for name in (list(engines) if r % 2 == 0 else list(engines)[::-1]):
+                cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k="auto", seed=0,
+                                       sampling=SamplingConfig(0.0, 0, 1.0), stop_token_ids=tok.stop_token_ids)
+                g = engines[name].generate(ids, cfg)
+                out[name] = g.token_ids
+                times[name].append((g.stats.time_total_s, g.stats.time_total_s - g.stats.time_prefill_s))
+            if not out["plain"] == out["native"] == out["q4"]:
+                print(f"{p.id}: the outputs differ", file=sys.stderr)
+                return 1
+    plain_total, plain_decode = (sum(t[i] for t in times["plain"]) for i in (0, 1))
+    print(f"{args.model} {args.dtype} {args.method} {args.tree}: {len(prompts)} prompts x {args.repeats} rounds, "
+          f"greedy output identical to plain for both proposers")
+    for w in ("native", "q4"):
+        total, decode = (sum(t[i] for t in times[w]) for i in (0, 1))
+        per_prompt = statistics.median(a[0] / b[0] for a, b in zip(times["plain"], times[w]))
+        print(f"  {w:6s}: end to end {plain_total / total:.3f}x, decoding {plain_decode / decode:.3f}x, "
+              f"median per prompt {per_prompt:.3f}x  (plain {plain_total:.1f} s, {w} {total:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
