@@ -25,14 +25,19 @@ from verispec.prompts import load_prompts
 from verispec.sampling import SamplingConfig
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(usage=__doc__.strip().splitlines()[2].strip())
-    ap.add_argument("model")
-    ap.add_argument("dtype")
-    ap.add_argument("method")
-    ap.add_argument("tree", nargs="?", default="none")
+def method_parser(usage: str) -> argparse.ArgumentParser:
+    """MODEL DTYPE METHOD [TREE] [--prompts FILE] [--limit N]: what these scripts run (also scripts/cycle_phases.py)."""
+    ap = argparse.ArgumentParser(usage=usage)
+    for name in ("model", "dtype", "method"):
+        ap.add_argument(name)
+    ap.add_argument("tree", nargs="?", default="none", help='as --tree; "none": a chain')
     ap.add_argument("--prompts", default="bench/dev_prompts.jsonl")
-    ap.add_argument("--limit", type=int, default=4)
+    ap.add_argument("--limit", type=int, default=4, help="prompts per category")
+    return ap
+
+
+def main() -> int:
+    ap = method_parser(__doc__.strip().splitlines()[2].strip())
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     args = ap.parse_args()

@@ -1,6 +1,7 @@
 """Whole-model pass cost: median ms of a pass over 1, 2, 4, 8, 16, 32 and 64 new rows after a short prompt, logits
-included, 2 threads. Usage: python scripts/step_cost.py MODEL DTYPE [prof] [--as-draft]   (e.g. qwen2.5-coder-1.5b
-gguf). --as-draft: the model as it drafts (a named draft's reduced output head, `api.draft_head`)."""
+included, 2 threads. Usage: python scripts/step_cost.py MODEL DTYPE [prof] [--as-draft] [--rows=A-B]   (e.g.
+qwen2.5-coder-1.5b gguf). --as-draft: the model as it drafts (a named draft's reduced output head, `api.draft_head`).
+--rows=A-B: every row count from A to B instead, in 7 interleaved rounds, each also over one row's median."""
 import sys, time, torch
 from verispec.api import draft_head
 from verispec.model import loader
@@ -20,7 +21,17 @@ def step(n):
     c.truncate(pos)
     return dt
 import statistics
-for n in (1, 2, 4, 8, 16, 32, 64):
+span = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--rows=")), None)
+if span:                     # every count in rounds, one pass of each per round (the VM drifts): medians, and / 1 row
+    lo, hi = map(int, span.split("-"))
+    times = {n: [] for n in [1] + list(range(max(lo, 2), hi + 1))}
+    for _ in range(7):
+        for n in times:
+            times[n].append(step(n))
+    one = statistics.median(times[1])
+    for n, ts in times.items():
+        print(name, dtype, n, f"{statistics.median(ts)*1000:.1f} ms", f"{statistics.median(ts) / one:.2f}")
+for n in () if span else (1, 2, 4, 8, 16, 32, 64):
     ts = [step(n) for _ in range(5)]
     print(name, dtype, "as draft" if "--as-draft" in sys.argv else "", n, f"{statistics.median(ts)*1000:.1f} ms",
           flush=True)
