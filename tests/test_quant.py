@@ -89,7 +89,7 @@ def test_q8linear_is_its_reference_and_row_invariant(kind, n, k):
     x[0, :32] = 0.0                                                                    # an all-zero block
     x[1, :3] = torch.tensor([1e30, -1e-30, 7.0])                                      # one block's scale dominated
     exact = quant.matmul(x, p)
-    for m in (1, 3, 4, 5, 9, 40):
+    for m in (1, 3, 4, 5, 9, 11, 12, 40):
         for b in (None, bias):
             got = quant.matmul_q8(x[:m], p, b)
             assert same_bits(got, quant.matmul_q8_reference(x[:m], p, b)), (m, b is not None)
@@ -126,7 +126,7 @@ def test_q8linear_gives_the_same_bits_with_every_instruction_set(kind, n, k):
     x[2, :32] = 0.0
     best = lib.q8_isa()
     try:
-        for m in (1, 2, 4, 5, 8, 16, 17, 37, 150):
+        for m in (1, 2, 4, 5, 8, 12, 16, 17, 37, 150):
             lib.set_q8_isa("avx2")
             assert lib.q8_isa() == "avx2"
             plain = quant.matmul_q8(x[:m], p)
