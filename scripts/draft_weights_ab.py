@@ -1,15 +1,16 @@
-"""A proposer's weights native against q4 (`--draft-weights`), end to end, side by side in one process.
+"""A proposer's weights native against q4 (`--draft-weights`), or (`--trees`) tree shapes against each other, end to
+end, side by side in one process.
 
     python scripts/draft_weights_ab.py MODEL DTYPE METHOD [TREE] [--prompts FILE] [--limit N] [--repeats R]
-                                       [--max-new-tokens N]
+                                       [--max-new-tokens N] [--trees T1,T2,...]
 
 Loads the target twice (its proposer native, then requantized to 4 bits), and for every prompt runs plain decoding
 and the method with each proposer in turn, greedy, 64 new tokens (`--max-new-tokens`), `--k auto`, the order
 reversed every other round (the VM drifts by 15-30% between runs: only runs interleaved this way show a few
-percent). Checks that all three give the same tokens, then prints each proposer's speedup over plain: summed
-times, end to end (prefill included) and decoding alone, and the median of per-prompt ratios. TREE: as `--tree`
-("none" for a chain). Default prompts: bench/dev_prompts.jsonl, 4 per category (the README's benchmark).
-2 threads.
+percent). Checks that all give the same tokens, then prints each variant's speedup over plain: summed times, end
+to end (prefill included) and decoding alone, and the median of per-prompt ratios. TREE: as `--tree` ("none" for
+a chain). --trees: instead, the method with each of these trees (`--draft-weights auto`), TREE unused. Default
+prompts: bench/dev_prompts.jsonl, 4 per category (the README's benchmark). 2 threads.
 """
 from __future__ import annotations
 
@@ -37,18 +38,24 @@ def method_parser(usage: str) -> argparse.ArgumentParser:
 
 
 def main() -> int:
-    ap = method_parser(__doc__.strip().splitlines()[2].strip())
+    ap = method_parser(__doc__.strip().splitlines()[3].strip())
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--trees", help="compare these trees (comma-separated) instead of the weights")
     args = ap.parse_args()
     torch.set_num_threads(2)
     from verispec.bench import select
     prompts = select(load_prompts([args.prompts]), args.limit)
-    targets = {w: Target.load(args.model, args.dtype, "cpu", w) for w in ("native", "q4")}
-    tok = targets["native"].tokenizer
-    engines = {"plain": Engine(targets["native"].model)}
-    for w, target in targets.items():
-        engines[w] = make_engine(args.method, target, tree=None if args.tree == "none" else args.tree)
+    if args.trees:
+        target = Target.load(args.model, args.dtype, "cpu")
+        variants = {tree: (target, tree) for tree in args.trees.split(",")}
+    else:
+        tree = None if args.tree == "none" else args.tree
+        variants = {w: (Target.load(args.model, args.dtype, "cpu", w), tree) for w in ("native", "q4")}
+    tok = next(iter(variants.values()))[0].tokenizer
+    engines = {"plain": Engine(next(iter(variants.values()))[0].model)}
+    for name, (target, tree) in variants.items():
+        engines[name] = make_engine(args.method, target, tree=tree)
     times = {name: [] for name in engines}                    # (total s, decoding s) per prompt and round
     for r in range(args.repeats):
         for p in prompts:
@@ -59,16 +66,16 @@ def main() -> int:
                 g = engines[name].generate(ids, cfg)
                 out[name] = g.token_ids
                 times[name].append((g.stats.time_total_s, g.stats.time_total_s - g.stats.time_prefill_s))
-            if not out["plain"] == out["native"] == out["q4"]:
+            if len({tuple(tokens) for tokens in out.values()}) != 1:
                 print(f"{p.id}: the outputs differ", file=sys.stderr)
                 return 1
     plain_total, plain_decode = (sum(t[i] for t in times["plain"]) for i in (0, 1))
-    print(f"{args.model} {args.dtype} {args.method} {args.tree}: {len(prompts)} prompts x {args.repeats} rounds, "
-          f"greedy output identical to plain for both proposers")
-    for w in ("native", "q4"):
+    print(f"{args.model} {args.dtype} {args.method} {args.trees or args.tree}: {len(prompts)} prompts x "
+          f"{args.repeats} rounds, greedy output identical to plain for every variant")
+    for w in variants:
         total, decode = (sum(t[i] for t in times[w]) for i in (0, 1))
         per_prompt = statistics.median(a[0] / b[0] for a, b in zip(times["plain"], times[w]))
-        print(f"  {w:6s}: end to end {plain_total / total:.3f}x, decoding {plain_decode / decode:.3f}x, "
+        print(f"  {w:12s}: end to end {plain_total / total:.3f}x, decoding {plain_decode / decode:.3f}x, "
               f"median per prompt {per_prompt:.3f}x  (plain {plain_total:.1f} s, {w} {total:.1f} s)")
     return 0
 
