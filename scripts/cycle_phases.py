@@ -19,6 +19,7 @@ import torch
 from verispec.api import Target, make_engine
 from verispec.bench import select
 from verispec.engine import GenerationConfig
+from verispec.errors import VerispecError
 from verispec.prompts import load_prompts
 from verispec.sampling import SamplingConfig
 
@@ -31,8 +32,12 @@ def main() -> int:
     ap.add_argument("--draft-weights", default="auto")
     args = ap.parse_args()
     torch.set_num_threads(2)
-    target = Target.load(args.model, args.dtype, "cpu", args.draft_weights)
-    engine = make_engine(args.method, target, tree=None if args.tree == "none" else args.tree)
+    try:
+        target = Target.load(args.model, args.dtype, "cpu", args.draft_weights)
+        engine = make_engine(args.method, target, tree=None if args.tree == "none" else args.tree)
+    except VerispecError as e:
+        print(f"cycle_phases: {e}", file=sys.stderr)
+        return 2
     by_rows: dict[int, list[tuple[float, float, float]]] = {}
     for p in select(load_prompts([args.prompts]), args.limit):
         cfg = GenerationConfig(max_new_tokens=64, k="auto", seed=0, sampling=SamplingConfig(args.temperature, 0, 1.0),

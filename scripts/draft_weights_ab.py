@@ -4,9 +4,9 @@ end, side by side in one process.
     python scripts/draft_weights_ab.py MODEL DTYPE METHOD [TREE] [--prompts FILE] [--limit N] [--repeats R]
                                        [--max-new-tokens N] [--trees T1,T2,...]
 
-Loads the target twice (its proposer native, then requantized to 4 bits), and for every prompt runs plain decoding
-and the method with each proposer in turn, greedy, 64 new tokens (`--max-new-tokens`), `--k auto`, the order
-reversed every other round (the VM drifts by 15-30% between runs: only runs interleaved this way show a few
+Loads the target once and its proposer twice (native, then requantized to 4 bits), and for every prompt runs
+plain decoding and the method with each proposer in turn, greedy, 64 new tokens (`--max-new-tokens`), `--k auto`,
+the order reversed every other round (the VM drifts by 15-30% between runs: only runs interleaved this way show a few
 percent). Checks that all give the same tokens, then prints each variant's speedup over plain: summed times, end
 to end (prefill included) and decoding alone, and the median of per-prompt ratios. TREE: as `--tree` ("none" for
 a chain). --trees: instead, the method with each of these trees (`--draft-weights auto`), TREE unused. Default
@@ -17,11 +17,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from dataclasses import replace
 
 import torch
 
 from verispec.api import Target, make_engine
 from verispec.engine import Engine, GenerationConfig
+from verispec.errors import VerispecError
 from verispec.prompts import load_prompts
 from verispec.sampling import SamplingConfig
 
@@ -46,16 +48,19 @@ def main() -> int:
     torch.set_num_threads(2)
     from verispec.bench import select
     prompts = select(load_prompts([args.prompts]), args.limit)
-    if args.trees:
+    try:
         target = Target.load(args.model, args.dtype, "cpu")
-        variants = {tree: (target, tree) for tree in args.trees.split(",")}
-    else:
-        tree = None if args.tree == "none" else args.tree
-        variants = {w: (Target.load(args.model, args.dtype, "cpu", w), tree) for w in ("native", "q4")}
-    tok = next(iter(variants.values()))[0].tokenizer
-    engines = {"plain": Engine(next(iter(variants.values()))[0].model)}
-    for name, (target, tree) in variants.items():
-        engines[name] = make_engine(args.method, target, tree=tree)
+        if args.trees:
+            variants = {tree: make_engine(args.method, target, tree=tree) for tree in args.trees.split(",")}
+        else:                                                       # one target, its proposer loaded both ways
+            tree = None if args.tree == "none" else args.tree
+            variants = {w: make_engine(args.method, replace(target, draft_weights=w), tree=tree)
+                        for w in ("native", "q4")}
+    except VerispecError as e:
+        print(f"draft_weights_ab: {e}", file=sys.stderr)
+        return 2
+    tok = target.tokenizer
+    engines = {"plain": Engine(target.model), **variants}
     times = {name: [] for name in engines}                    # (total s, decoding s) per prompt and round
     for r in range(args.repeats):
         for p in prompts:
