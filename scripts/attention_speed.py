@@ -31,6 +31,6 @@ for context in (256, 2048):
         cos, sin, qkv = torch.randn(n, 32), torch.randn(n, 32), torch.randn(n, (9 + 2 * 3) * 64)
         ks, vs = rows.caches(0)
         ms = median_ms(lambda: lib.attention_step(qkv, cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx, rows.extra,
-                                                  rows.n_extra, 9, 64 ** -0.5, ops.CHUNK))
+                                                  rows.n_extra, 9, 64 ** -0.5, ops.CHUNK, False))
         line.append(f"{n} rows {ms:.3f} ms")
     print(f"context {context}: " + ", ".join(line), flush=True)

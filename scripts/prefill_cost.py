@@ -20,7 +20,7 @@ cache = KVCache(1, 1, 3, n, 64, torch.bfloat16, torch.device("cpu"))
 rows = ops.Rows.plan([(cache, 0, n, None)])
 ks, vs = rows.caches(0)
 args = (torch.randn(n, 960), torch.randn(n, 32), torch.randn(n, 32), ks, vs, rows.seq, rows.slot, rows.ctx,
-        rows.extra, rows.n_extra, 9, 0.125, ops.CHUNK)
+        rows.extra, rows.n_extra, 9, 0.125, ops.CHUNK, False)
 
 
 def median_of_3(fn) -> float:

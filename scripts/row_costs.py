@@ -60,7 +60,7 @@ def main(context: int, ns: list[int]):
         width = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
         args = (torch.randn(n, width), torch.randn(n, cfg.head_dim // 2), torch.randn(n, cfg.head_dim // 2), ks, vs,
                 rows.seq, rows.slot, rows.ctx, rows.extra, rows.n_extra, cfg.num_heads, cfg.head_dim ** -0.5,
-                ops.CHUNK)
+                ops.CHUNK, False)
         att = median_ms(lambda: k.attention_step(*args)) * cfg.num_layers
         x, gate_up = torch.randn(n, cfg.hidden_size), torch.randn(n, 2 * cfg.intermediate_size)
         rest = median_ms(lambda: [(k.rms_norm(x, a, 1e-5), k.rms_norm(x, b, 1e-5), k.silu_mul(gate_up))

@@ -89,16 +89,20 @@ def test_the_bf16_product_on_amx_tiles_gives_each_row_its_own_bits():
         lib.set_fp_isa("best")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype, pairs", [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)])
 @pytest.mark.parametrize("heads, kv_heads, d", [(9, 3, 64), (12, 2, 128), (14, 2, 64), (4, 4, 32), (3, 1, 24)])
-def test_attention_gives_the_same_bits_with_every_instruction_set(dtype, heads, kv_heads, d):
+def test_attention_gives_the_same_bits_with_every_instruction_set(dtype, pairs, heads, kv_heads, d):
     """On AVX-512 attention runs its scores, exponentials and weighted values 16 lanes wide, a block of query heads
     sharing each key and value load; forced to AVX2 it runs the 8-lane sequences that define the bits. Rows of
     three sequences (a prefill-like chain, a tree with extra slots, one decoding row) over contexts that end inside,
     on and past the chunk boundaries, head sizes 24 to 128 (24: no 16-lane value path) and 1 to 7 query heads per
     key head: every output equals the AVX2 one bit for bit. On a CPU without AVX-512 both runs are AVX2. Where the
     bf16 product runs on AMX tiles, bf16 caches with head sizes that are multiples of 32 take the tiles too
-    (`test_attention_on_amx_tiles_gives_each_row_its_own_bits`), so there the AVX-512 run is forced."""
+    (`test_attention_on_amx_tiles_gives_each_row_its_own_bits`), so there the AVX-512 run is forced.
+    pairs (`--dtype bf16a`, head sizes a multiple of 32): the bf16 pair products of kernels/attention_pairs.h, with
+    vdpbf16ps where the CPU has it and agrees, else their AVX2 FMA steps, on AMX machines too: the same bits, each
+    row alone as in the pass, and within 1e-2 of float64 attention of the bf16-rounded queries (the weights carry 8
+    of their 24 bits into the values' product)."""
     lib = kernels.load()
     assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
     g = torch.Generator().manual_seed(11)
@@ -115,8 +119,8 @@ def test_attention_gives_the_same_bits_with_every_instruction_set(dtype, heads, 
     width = max(len(e) for e in extra)
     extra = torch.tensor([e + [0] * (width - len(e)) for e in extra], dtype=torch.long)
     q = torch.randn(len(seq), heads, d, generator=g)
-    args = (ks, vs, torch.tensor(seq), torch.tensor(ctx), extra, torch.tensor(n_extra), d ** -0.5, ops.CHUNK)
-    tiles = lib.fp_isa() == "amx" and dtype == torch.bfloat16 and d % 32 == 0
+    args = (ks, vs, torch.tensor(seq), torch.tensor(ctx), extra, torch.tensor(n_extra), d ** -0.5, ops.CHUNK, pairs)
+    tiles = lib.fp_isa() == "amx" and dtype == torch.bfloat16 and d % 32 == 0 and not pairs
     try:
         lib.set_fp_isa("avx2")
         narrow = lib.attention(q, *args)
@@ -131,6 +135,10 @@ def test_attention_gives_the_same_bits_with_every_instruction_set(dtype, heads, 
     assert torch.equal(wide.view(torch.int32), alone.view(torch.int32)), (best, heads, kv_heads, d)
     if not tiles:
         assert torch.equal(lib.attention(q, *args).view(torch.int32), wide.view(torch.int32)), (best, heads, d)
+    if pairs and d % 32 == 0:                    # the pair products ran: other bits than the fp32 products'
+        assert not torch.equal(wide, lib.attention(q, *args[:-1], False)), (heads, d)
+        error = (wide.double() - reference_attention(q.bfloat16().float(), *args[:6])).abs().max().item()
+        assert error < 1e-2, (heads, d, error)
 
 
 def reference_attention(q, ks, vs, seq, ctx, extra, n_extra):
@@ -181,17 +189,17 @@ def test_attention_on_amx_tiles_gives_each_row_its_own_bits(heads, kv_heads, d):
     extra = torch.tensor([e + [0] * (width - len(e)) for e in extra], dtype=torch.long)
     seq, ctx = torch.tensor(seq), torch.tensor(ctx)
     q = torch.randn(len(seq), heads, d, generator=g) * 2
-    together = lib.attention(q, ks, vs, seq, ctx, extra, n_extra, d ** -0.5, ops.CHUNK)
+    together = lib.attention(q, ks, vs, seq, ctx, extra, n_extra, d ** -0.5, ops.CHUNK, False)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:                                         # another split of the work between threads: the same bits
-        one_thread = lib.attention(q, ks, vs, seq, ctx, extra, n_extra, d ** -0.5, ops.CHUNK)
+        one_thread = lib.attention(q, ks, vs, seq, ctx, extra, n_extra, d ** -0.5, ops.CHUNK, False)
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(together.view(torch.int32), one_thread.view(torch.int32)), (heads, d)
     for i in range(len(seq)):
         alone = lib.attention(q[i:i + 1], ks, vs, seq[i:i + 1], ctx[i:i + 1], extra[i:i + 1], n_extra[i:i + 1],
-                              d ** -0.5, ops.CHUNK)
+                              d ** -0.5, ops.CHUNK, False)
         assert torch.equal(together[i:i + 1].view(torch.int32), alone.view(torch.int32)), (heads, d, i)
     error = (together.double() - reference_attention(q, ks, vs, seq, ctx, extra, n_extra)).abs().max().item()
     assert error < 5e-5, (heads, d, error)
@@ -370,7 +378,7 @@ def test_a_long_prefill_split_into_row_blocks_equals_each_row_alone():
             rows = ops.Rows.plan([(cache, 0, b - a, None)])
             ks, vs = rows.caches(0)
             parts.append(lib.attention_step(qkv[a:b], cos[a:b], sin[a:b], ks, vs, rows.seq, rows.slot, rows.ctx,
-                                            rows.extra, rows.n_extra, heads, d ** -0.5, ops.CHUNK))
+                                            rows.extra, rows.n_extra, heads, d ** -0.5, ops.CHUNK, False))
             cache.advance(b - a)
         out.append(torch.cat(parts))
     assert torch.equal(out[0].view(torch.int32), out[1].view(torch.int32))

@@ -75,11 +75,11 @@ def checks(model, rows: int) -> list[tuple[str, bool]]:
 
 def fingerprint_line(target) -> str:
     """This machine's fingerprint of the model, against the one recorded on another machine where there is one (for
-    bf16 on AMX-BF16 tiles, whose bits are their own, against one recorded on an AMX machine: key `bf16+amx`; bf16a,
-    whose attention takes those tiles too: `bf16a+amx`)."""
+    bf16 on AMX-BF16 tiles, whose bits are their own, against one recorded on an AMX machine: key `bf16+amx`; bf16a
+    takes no tiles, its products and attention are bf16 pair products, the same bits on every machine)."""
     from .fingerprint import fingerprint, reference
     mine = fingerprint(target.model)
-    key = target.dtype + ("+amx" if target.dtype in ("bf16", "bf16a") and kernels.bf16_on_amx() else "")
+    key = target.dtype + ("+amx" if target.dtype == "bf16" and kernels.bf16_on_amx() else "")
     ref = reference(target.name, key)
     if ref is None:
         return f"fingerprint: {mine} (the logits' bits on a fixed pass; none recorded for this model, {key} and torch)"
@@ -113,8 +113,8 @@ def cmd_doctor(args) -> int:
         pairs = {"avx512_bf16": "AVX512_BF16 (vdpbf16ps)", "avx2": "AVX2 FMAs"}.get(lib.pairs_isa(),
                                                                                    "AVX2 FMAs (this CPU's vdpbf16ps "
                                                                                    "gave other bits on a self-check)")
-        print(f"bf16 pair products (bf16a): {pairs} (the same two roundings per pair of k with either: the same "
-              "bits)")
+        print(f"bf16 pair products (bf16a: its products and attention, on AMX machines too): {pairs} (the same two "
+              "roundings per pair with either: the same bits)")
         names = {"amx": f"AMX tiles from {lib.q8_amx_rows()} rows, AVX-512 VNNI below", "vnni": "AVX-512 VNNI",
                  "avx2": "AVX2"}
         print(f"integer products (gguf-q8): {names[lib.q8_isa()]} (exact integer sums: the same bits with every "

@@ -1,8 +1,9 @@
 // Row-invariant attention (included by cpu.cpp): each row over its own logical key sequence (context slots, then
 // extra slots), in fixed chunks of keys merged in chunk order (split-KV; chunk boundaries are logical positions, not
 // rows). The AVX2 instructions define the bits; on AVX-512 the same sequences run 16 lanes wide (set_fp_isa picks).
-// Over a bf16 cache where the bf16 product runs on AMX tiles, a chunk's scores and weighted values are tile
-// products instead (aamx.h): rows still invariant, the bits this machine's own.
+// In `--dtype bf16a` (bf16 cache, `pair`) a chunk's scores and weighted values are bf16 pair products instead
+// (attention_pairs.h): the same bits on every machine. Over other bf16 caches where the bf16 product runs on AMX
+// tiles, they are tile products (aamx.h): rows still invariant, the bits this machine's own.
 #pragma once
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -10,7 +11,9 @@
 #include "simd.h"
 #include "attention_simd.h"
 #include "aamx.h"
+#include "attention_pairs.h"
 #include <cmath>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -20,11 +23,36 @@ namespace {
 // faster than 8 over a 3,000-row prefill, no faster at 64).
 constexpr int64_t ITEM_ROWS = 32;
 
+// P pairs' scores (s[p][0 .. n8)): keys past nk[p] masked; each pair's max over its keys (exact: any order gives
+// the same value, up to a zero's sign, which no later step sees: the max only enters exp(s - max)), then exp, then
+// its sum l over the n keys in order, one chain per pair; the pairs' chains interleave
+inline void softmax_rows(bool wide, float* const* sp, int64_t P, int64_t n, int64_t n8, const int64_t* nk, float* mx,
+                         float* l) {
+  for (int64_t p = 0; p < P; ++p) {
+    float* sh = sp[p];
+    for (int64_t j = nk[p]; j < n8; ++j) sh[j] = -INFINITY;
+    __m256 m8 = _mm256_loadu_ps(sh);
+    for (int64_t j = 8; j < n8; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sh + j));
+    alignas(32) float m[8];
+    _mm256_store_ps(m, m8);
+    mx[p] = *std::max_element(m, m + 8);
+  }
+  exp_all(wide, sp, P, n8, mx);
+  for (int64_t p0 = 0; p0 < P; p0 += 8) {
+    const int64_t pn = std::min<int64_t>(8, P - p0);
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t u = 0; u < 8; ++u)
+        if (u < pn) acc[u] += sp[p0 + u][j];
+    for (int64_t u = 0; u < pn; ++u) l[p0 + u] = acc[u];
+  }
+}
+
 template <typename T>
 void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std::vector<const T*>& ks,
                      const std::vector<const T*>& vs, const std::vector<int64_t>& cap, int64_t hkv,
                      const int64_t* seq, const int64_t* ctx, const int64_t* extra, int64_t E, const int64_t* n_extra,
-                     float scale, int64_t C, float* out) {
+                     float scale, int64_t C, bool pair, float* out) {
   // Partials m, l, o per (row, head, chunk of C logical keys), merged per (row, head) in chunk order below.
   // Work items (rows, kv head, chunk): a chunk's keys and values are widened to fp32 (or, on tiles, laid out as
   // tiles) once and read by every query head of the group and every row of the item. A chunk of context slots only
@@ -36,9 +64,14 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
   for (int64_t r = 0; r < R; ++r) first[r + 1] = first[r] + (ctx[r] + n_extra[r] + C - 1) / C;
   const int64_t chunks = first[R], group = H / hkv;
   const bool wide = fp_avx512();
-  // bf16 caches where the bf16 product runs on AMX: the chunks' two products on tiles (aamx.h), the queries split
-  // once into hi and lo parts, pairs (kv head, row, head of its group) in order, then 16 pairs of zeros
-  const bool tiles = std::is_same<T, at::BFloat16>::value && fp_amx() && D % 32 == 0 && C % 32 == 0;
+  // bf16a over a bf16 cache (`pair`): the pair products of attention_pairs.h, the queries rounded to bf16 pairs once
+  const bool pairs = pair && std::is_same<T, at::BFloat16>::value && D % 32 == 0 && C % 16 == 0;
+  const bool dp = pairs && fp_pairs_dp();
+  // other bf16 caches where the bf16 product runs on AMX: the chunks' two products on tiles (aamx.h), the queries
+  // split once into hi and lo parts, pairs (kv head, row, head of its group) in order, then 16 pairs of zeros
+  const bool tiles = !pairs && std::is_same<T, at::BFloat16>::value && fp_amx() && D % 32 == 0 && C % 32 == 0;
+  std::vector<uint32_t> q2(pairs ? R * H * D / 2 : 0);
+  if (pairs) pack_pairs(q, R * H, D, q2.data());
   std::vector<uint16_t> qh(tiles ? (R * H + 16) * D : 0), ql(qh.size());
   if (tiles)
     at::parallel_for(0, hkv * R, 1, [&](int64_t b, int64_t e) {
@@ -84,13 +117,19 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
     bound[t] = std::lower_bound(cost.begin(), cost.end(), cost[n_items] * t / NT) - cost.begin();
   at::parallel_for(0, NT, 1, [&](int64_t t0, int64_t t1) {
     const int64_t most = ITEM_ROWS * group, most16 = (most + 15) / 16 * 16;
-    std::vector<float> s(most16 * (C + 8)), kf(tiles ? 0 : (C + 8) * D), vf(kf.size()), mx(most), l(most);
+    std::vector<float> s(most16 * (C + 8)), kf(tiles || pairs ? 0 : (C + 8) * D), vf(kf.size()), mx(most), l(most);
     std::vector<const float*> qp(most);
     std::vector<float*> sp(most), op(most);
     std::vector<int64_t> nk(most);                                  // each pair's keys in the chunk
     std::vector<const uint16_t*> kr(tiles ? C : 0), vr(kr.size());  // the chunk's key and value rows (tiles)
     std::vector<uint16_t> kt(tiles ? C * D : 0), vt(kt.size()), wh(tiles ? most16 * C : 0), wl(wh.size());
     int64_t configured = 0;                                         // the tile rows loaded (tiles)
+    const int64_t D2 = D / 2, C2 = (C + 1) / 2;                     // pairs: queries, key and value panels, weights
+    std::vector<uint32_t> qb(pairs ? most * D2 : 0), kpan(pairs ? C * D2 : 0), vpan(pairs ? C2 * D : 0),
+        pb(pairs ? most * C2 : 0);
+    std::vector<float> sacc(pairs ? most * C : 0), oacc(pairs ? most * D : 0);
+    std::vector<const uint32_t*> krow(pairs ? 16 : 0);
+    std::unique_ptr<FlushDenormals> flush(pairs ? new FlushDenormals : nullptr);   // the definition's flushing
     for (int64_t it = bound[t0]; it < bound[t1]; ++it) {
       const Item item = items[it / hkv];
       // n: the keys of the item's widest row (its first, or the latest context slot of a shared chunk); a row with
@@ -124,6 +163,32 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         tile_softmax(s.data(), C + 8, P, (P + Rt - 1) / Rt * Rt, nk.data(), n32, scale, mx.data(), l.data(), wh.data(),
                      wl.data());
         tile_weigh(P, Rt, n32, vt.data(), dim, wh.data(), wl.data(), op.data());
+      } else if (pairs) {
+        const int64_t n16 = (n + 15) / 16 * 16, n2 = (n + 1) / 2;
+        const auto row = [&](int64_t j) {                           // key j of the chunk (padding: the last real)
+          const int64_t lj = j0 + std::min(j, n - 1), slot = lj < ctx_r ? lj : xs[lj];
+          return slot * dim;
+        };
+        for (int64_t p = 0; p < P; ++p)
+          std::copy(q2.data() + (qp[p] - q) / 2, q2.data() + (qp[p] - q) / 2 + D2, qb.data() + p * D2);
+        for (int64_t j = 0; j < n16; j += 16) {
+          for (int u = 0; u < 16; ++u) krow[u] = reinterpret_cast<const uint32_t*>(kbase + row(j + u));
+          key_panel(krow.data(), D2, wide, kpan.data() + j * D2);
+        }
+        std::fill(sacc.begin(), sacc.begin() + P * n16, 0.0f);
+        pair_rows(P, qb.data(), D2, kpan.data(), n16 / 16, dp, sacc.data(), n16);
+        const __m256 sc = _mm256_set1_ps(scale);
+        for (int64_t p = 0; p < P; ++p)
+          for (int64_t j = 0; j < n8; j += 8)
+            _mm256_storeu_ps(sp[p] + j, _mm256_mul_ps(_mm256_loadu_ps(sacc.data() + p * n16 + j), sc));
+        softmax_rows(wide, sp.data(), P, n, n8, nk.data(), mx.data(), l.data());
+        for (int64_t p = 0; p < P; ++p) round_pairs(sp[p], 2 * n2, pb.data() + p * n2);
+        for (int64_t t = 0; t < n2; ++t)
+          value_pair(reinterpret_cast<const uint16_t*>(vbase + row(2 * t)),
+                     reinterpret_cast<const uint16_t*>(vbase + row(2 * t + 1)), dim, t, n2, vpan.data());
+        std::fill(oacc.begin(), oacc.begin() + P * D, 0.0f);
+        pair_rows(P, pb.data(), n2, vpan.data(), D / 16, dp, oacc.data(), D);
+        for (int64_t p = 0; p < P; ++p) std::copy(oacc.data() + p * D, oacc.data() + (p + 1) * D, op[p]);
       } else {
         float *const kd = kf.data(), *const vd = vf.data();
         for (int64_t j = 0; j < n8; ++j) {                          // the chunk's keys and values in fp32
@@ -137,27 +202,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
           }
         }
         scores_all(wide, qp.data(), P, kf.data(), n8, D, scale, sp.data());
-        // each pair's max over its keys (exact: any order gives the same value, up to a zero's sign, which no later
-        // step sees: the max only enters exp(s - max)), then exp, then its sum over the keys in order, one chain per
-        // pair; the pairs' chains interleave
-        for (int64_t p = 0; p < P; ++p) {
-          float* sh = sp[p];
-          for (int64_t j = nk[p]; j < n8; ++j) sh[j] = -INFINITY;
-          __m256 m8 = _mm256_loadu_ps(sh);
-          for (int64_t j = 8; j < n8; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sh + j));
-          alignas(32) float m[8];
-          _mm256_store_ps(m, m8);
-          mx[p] = *std::max_element(m, m + 8);
-        }
-        exp_all(wide, sp.data(), P, n8, mx.data());
-        for (int64_t p0 = 0; p0 < P; p0 += 8) {
-          const int64_t pn = std::min<int64_t>(8, P - p0);
-          float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          for (int64_t j = 0; j < n; ++j)
-            for (int64_t u = 0; u < 8; ++u)
-              if (u < pn) acc[u] += sp[p0 + u][j];
-          for (int64_t u = 0; u < pn; ++u) l[p0 + u] = acc[u];
-        }
+        softmax_rows(wide, sp.data(), P, n, n8, nk.data(), mx.data(), l.data());
         weigh_pairs(wide, sp.data(), P, n, vf.data(), D, D, op.data());
       }
       for (int64_t p = 0; p < P; ++p) {
@@ -195,7 +240,7 @@ template <typename T>
 void attention_impl(const float* q, int64_t R, int64_t H, int64_t D, const std::vector<const T*>& ks,
                     const std::vector<const T*>& vs, const std::vector<int64_t>& cap, int64_t hkv,
                     const int64_t* seq, const int64_t* ctx, const int64_t* extra, int64_t E, const int64_t* n_extra,
-                    float scale, int64_t C, float* out) {
+                    float scale, int64_t C, bool pair, float* out) {
   const int64_t budget = std::max<int64_t>(1, (int64_t(8) << 20) / (H * D));   // (row, chunk) partials per block
   for (int64_t r0 = 0; r0 < R;) {
     int64_t r1 = r0, slots = 0;
@@ -205,7 +250,7 @@ void attention_impl(const float* q, int64_t R, int64_t H, int64_t D, const std::
       slots += n, ++r1;
     }
     attention_block<T>(q + r0 * H * D, r1 - r0, H, D, ks, vs, cap, hkv, seq + r0, ctx + r0, extra + r0 * E, E,
-                       n_extra + r0, scale, C, out + r0 * H * D);
+                       n_extra + r0, scale, C, pair, out + r0 * H * D);
     r0 = r1;
   }
 }

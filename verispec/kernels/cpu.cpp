@@ -134,7 +134,7 @@ std::string set_fp_isa(const std::string& isa) {
 // extra [R, E] int64 slots. Row r attends to slots 0 .. ctx[r]-1, then extra[r, :n_extra[r]], in that order.
 torch::Tensor attention(torch::Tensor q, std::vector<torch::Tensor> ks, std::vector<torch::Tensor> vs,
                         torch::Tensor seq, torch::Tensor ctx, torch::Tensor extra, torch::Tensor n_extra,
-                        double scale, int64_t chunk) {
+                        double scale, int64_t chunk, bool pairs) {
   TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.is_contiguous(), "attention: q [R, H, D] fp32");
   const int64_t R = q.size(0), H = q.size(1), D = q.size(2);
   TORCH_CHECK(D % 8 == 0 && chunk > 0, "attention: head size must be a multiple of 8");
@@ -160,7 +160,7 @@ torch::Tensor attention(torch::Tensor q, std::vector<torch::Tensor> ks, std::vec
     }
     attention_impl<T>(q.data_ptr<float>(), R, H, D, kp, vp, cap, hkv, seq.data_ptr<int64_t>(),
                       ctx.data_ptr<int64_t>(), extra.data_ptr<int64_t>(), E, n_extra.data_ptr<int64_t>(),
-                      static_cast<float>(scale), chunk, out.data_ptr<float>());
+                      static_cast<float>(scale), chunk, pairs, out.data_ptr<float>());
   });
   return out;
 }
@@ -170,7 +170,8 @@ torch::Tensor attention(torch::Tensor q, std::vector<torch::Tensor> ks, std::vec
 // slot[r] of its sequence's cache, then attends as `attention` does. -> [R, H * D] fp32.
 torch::Tensor attention_step(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, std::vector<torch::Tensor> ks,
                              std::vector<torch::Tensor> vs, torch::Tensor seq, torch::Tensor slot, torch::Tensor ctx,
-                             torch::Tensor extra, torch::Tensor n_extra, int64_t H, double scale, int64_t chunk) {
+                             torch::Tensor extra, torch::Tensor n_extra, int64_t H, double scale, int64_t chunk,
+                             bool pairs) {
   TORCH_CHECK(!ks.empty() && ks.size() == vs.size(), "attention_step: one k and one v per sequence");
   const int64_t hkv = ks[0].size(0), D = ks[0].size(2), R = qkv.size(0), half = D / 2;
   TORCH_CHECK(qkv.dim() == 2 && qkv.scalar_type() == at::kFloat && qkv.is_contiguous() &&
@@ -221,7 +222,7 @@ torch::Tensor attention_step(torch::Tensor qkv, torch::Tensor cos, torch::Tensor
       }
     });
   });
-  auto out = attention(q, ks, vs, seq, ctx, extra, n_extra, scale, chunk);
+  auto out = attention(q, ks, vs, seq, ctx, extra, n_extra, scale, chunk, pairs);
   return out.view({R, H * D});
 }
 
@@ -280,7 +281,8 @@ torch::Tensor layer(torch::Tensor x, std::vector<torch::Tensor> p, std::vector<i
   c10::optional<torch::Tensor> none, bias;
   if (p[2].defined() && p[2].numel()) bias = p[2];
   auto qkv = linear(rms_norm(x, p[0], eps), p[1], n_out[0], bias);
-  auto y = attention_step(qkv, cos, sin, ks, vs, seq, slot, ctx, extra, n_extra, H, scale, chunk);
+  const bool pairs = p[1].scalar_type() == at::kInt;        // bf16a's pair panels: its attention too
+  auto y = attention_step(qkv, cos, sin, ks, vs, seq, slot, ctx, extra, n_extra, H, scale, chunk, pairs);
   x = x + linear(y, p[3], n_out[1], none);
   auto a = silu_mul(linear(rms_norm(x, p[4], eps), p[5], n_out[2], none));
   return x + linear(a, p[6], n_out[3], none);

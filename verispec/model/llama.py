@@ -95,7 +95,8 @@ class Attention(nn.Module):
         qkv = self.wqkv(x)                                      # [batch, n, (h + 2 kv_heads) d]
         cos, sin = rope                                         # [batch, n, d/2] fp32 each
         if rows is not None and rows.kernels and ops.invariant(qkv) and qkv.dtype == torch.float32:  # kernels
-            y = ops.attend(qkv.view(b * t, -1), cos.reshape(b * t, -1), sin.reshape(b * t, -1), rows, layer, self.h)
+            y = ops.attend(qkv.view(b * t, -1), cos.reshape(b * t, -1), sin.reshape(b * t, -1), rows, layer, self.h,
+                           self.wqkv.act_bf16)                  # bf16a: its attention on pair products too
             return self.wo(y.view(b, t, self.h * self.d))
         qkv = qkv.view(b, t, self.h + 2 * self.hkv, self.d).transpose(1, 2)             # [batch, heads, n, d]
         qk, v = qkv.split((self.h + self.hkv, self.hkv), dim=1)

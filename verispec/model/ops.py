@@ -275,15 +275,16 @@ class Rows:
 
 
 def attend(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows: Rows, layer: int,
-           heads: int) -> torch.Tensor:
+           heads: int, pairs: bool = False) -> torch.Tensor:
     """One layer's attention on the kernels: qkv [R, (heads + 2 kv_heads) d] fp32 projections; cos, sin [R, d/2]
     fp32 RoPE angles per row. Rotates q and k, writes each row's k and v into its cache slot, and attends each row
-    over its own keys (`Rows`) -> [R, heads * d] fp32."""
+    over its own keys (`Rows`) -> [R, heads * d] fp32. pairs: bf16a's attention (bf16 pair products, a bf16 cache)."""
     k = kernels.load()
     ks, vs = rows.caches(layer)
     scale = ks[0].shape[-1] ** -0.5
     call = (lambda i, j: k.attention_step(qkv[i:j], cos[i:j], sin[i:j], ks, vs, rows.seq[i:j], rows.slot[i:j],
-                                          rows.ctx[i:j], rows.extra[i:j], rows.n_extra[i:j], heads, scale, CHUNK))
+                                          rows.ctx[i:j], rows.extra[i:j], rows.n_extra[i:j], heads, scale, CHUNK,
+                                          pairs))
     if _reference[0] and qkv.shape[0] > 1:   # rows in order: each needs only its own and earlier rows' keys
         return torch.cat([call(i, i + 1) for i in range(qkv.shape[0])])
     return call(0, qkv.shape[0])
