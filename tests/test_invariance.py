@@ -90,16 +90,18 @@ def test_the_bf16_product_on_amx_tiles_gives_each_row_its_own_bits():
 
 
 @pytest.mark.parametrize("dtype, pairs", [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)])
-@pytest.mark.parametrize("heads, kv_heads, d", [(9, 3, 64), (12, 2, 128), (14, 2, 64), (4, 4, 32), (3, 1, 24)])
+@pytest.mark.parametrize("heads, kv_heads, d", [(9, 3, 64), (12, 2, 128), (14, 2, 64), (4, 4, 32), (6, 2, 48),
+                                               (3, 1, 24)])
 def test_attention_gives_the_same_bits_with_every_instruction_set(dtype, pairs, heads, kv_heads, d):
     """On AVX-512 attention runs its scores, exponentials and weighted values 16 lanes wide, a block of query heads
     sharing each key and value load; forced to AVX2 it runs the 8-lane sequences that define the bits. Rows of
     three sequences (a prefill-like chain, a tree with extra slots, one decoding row) over contexts that end inside,
-    on and past the chunk boundaries, head sizes 24 to 128 (24: no 16-lane value path) and 1 to 7 query heads per
-    key head: every output equals the AVX2 one bit for bit. On a CPU without AVX-512 both runs are AVX2. Where the
-    bf16 product runs on AMX tiles, bf16 caches with head sizes that are multiples of 32 take the tiles too
-    (`test_attention_on_amx_tiles_gives_each_row_its_own_bits`), so there the AVX-512 run is forced.
-    pairs (`--dtype bf16a`, head sizes a multiple of 32): the bf16 pair products of kernels/attention_pairs.h, with
+    on and past the chunk boundaries, head sizes 24 to 128 (24: no 16-lane value path; 48: no 16-word key
+    transpose) and 1 to 7 query heads per key head: every output equals the AVX2 one bit for bit. On a CPU without
+    AVX-512 both runs are AVX2. Where the bf16 product runs on AMX tiles, bf16 caches with head sizes that are
+    multiples of 32 take the tiles too (`test_attention_on_amx_tiles_gives_each_row_its_own_bits`), so there the
+    AVX-512 run is forced.
+    pairs (`--dtype bf16a`, head sizes a multiple of 16): the bf16 pair products of kernels/attention_pairs.h, with
     vdpbf16ps where the CPU has it and agrees, else their AVX2 FMA steps, on AMX machines too: the same bits, each
     row alone as in the pass, and within 1e-2 of float64 attention of the bf16-rounded queries (the weights carry 8
     of their 24 bits into the values' product)."""
@@ -135,7 +137,7 @@ def test_attention_gives_the_same_bits_with_every_instruction_set(dtype, pairs, 
     assert torch.equal(wide.view(torch.int32), alone.view(torch.int32)), (best, heads, kv_heads, d)
     if not tiles:
         assert torch.equal(lib.attention(q, *args).view(torch.int32), wide.view(torch.int32)), (best, heads, d)
-    if pairs and d % 32 == 0:                    # the pair products ran: other bits than the fp32 products'
+    if pairs and d % 16 == 0:                    # the pair products ran: other bits than the fp32 products'
         assert not torch.equal(wide, lib.attention(q, *args[:-1], False)), (heads, d)
         error = (wide.double() - reference_attention(q.bfloat16().float(), *args[:6])).abs().max().item()
         assert error < 1e-2, (heads, d, error)

@@ -65,7 +65,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
   const int64_t chunks = first[R], group = H / hkv;
   const bool wide = fp_avx512();
   // bf16a over a bf16 cache (`pair`): the pair products of attention_pairs.h, the queries rounded to bf16 pairs once
-  const bool pairs = pair && std::is_same<T, at::BFloat16>::value && D % 32 == 0 && C % 16 == 0;
+  const bool pairs = pair && std::is_same<T, at::BFloat16>::value && D % 16 == 0 && C % 16 == 0;
   const bool dp = pairs && fp_pairs_dp();
   // other bf16 caches where the bf16 product runs on AMX: the chunks' two products on tiles (aamx.h), the queries
   // split once into hi and lo parts, pairs (kv head, row, head of its group) in order, then 16 pairs of zeros

@@ -7,17 +7,20 @@
 //   then    max, exp(s - max) and their sum l, in fp32, as the other caches' chunks (attention.h);
 //   values  o[d] = dp(p', v[., d]) over the pairs of keys t = 0 .. ceil(n/2) - 1 in order, the odd key first:
 //           p' the weights rounded to bf16; a key past the row's own (masked, or padding) weighs exactly 0.
-// All of it with denormals read and written as zero (the caller holds FlushDenormals). A row masks the keys past
-// its own, so a row alone and the same row among others of its sequence take the same steps.
+// All of it with denormals read and written as zero (the caller holds FlushDenormals); the chunks' partial results
+// are then merged as for the other caches, in fp32 without flushing (the same steps on every machine). The sum l is
+// of the fp32 weights, before rounding. A row masks the keys past its own, so a row alone and the same row among
+// others of its sequence take the same steps. Head sizes a multiple of 16 (attention.h: others take fp32 steps).
 //
 // Layouts: the chunk's keys as pair panels, 16 keys a panel ([panels][D/2][16] words, word i of key j holding dims
 // 2i, 2i+1: the cache row's own bits, transposed); its values as pair panels over keys, 16 dims a panel
-// ([D/16][n/2][16], word (t, d) holding v[2t, d] low and v[2t+1, d] high).
+// ([D/16][ceil(n/2)][16], word (t, d) holding v[2t, d] low and v[2t+1, d] high).
 #pragma once
 #include <immintrin.h>
 #include "simd.h"
 #include "dpbf16.h"
 #include <cstdint>
+#include <cstring>
 
 namespace {
 
@@ -39,7 +42,8 @@ VS_AVX512 inline void transpose16_words(const uint32_t* const* rows, int64_t i0,
   for (int r = 0; r < 16; ++r) b[r] = a[r];
   for (int c = 0; c < 4; ++c) {
     const __m512i x0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44), x1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xEE);
-    const __m512i y0 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44), y1 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xEE);
+    const __m512i y0 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44);
+    const __m512i y1 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xEE);
     // lanes L of rows 0-3, 4-7, 8-11, 12-15 for word 4L + c
     _mm512_storeu_si512(out + (0 * 4 + c) * 16, _mm512_shuffle_i32x4(x0, y0, 0x88));
     _mm512_storeu_si512(out + (1 * 4 + c) * 16, _mm512_shuffle_i32x4(x0, y0, 0xDD));
@@ -55,7 +59,7 @@ inline void key_panel(const uint32_t* const* rows, int64_t D2, bool wide, uint32
     return;
   }
   for (int64_t i = 0; i < D2; ++i)
-    for (int r = 0; r < 16; ++r) panel[i * 16 + r] = rows[r][i];
+    for (int r = 0; r < 16; ++r) std::memcpy(panel + i * 16 + r, rows[r] + i, 4);    // bf16 pairs as words
 }
 
 // keys 2t and 2t+1 (cache rows of D bf16) -> word t of each value panel ([D/16][n2][16])
