@@ -19,9 +19,10 @@
 
 namespace {
 
-// Rows per work item of shared context keys: each chunk's keys and values are widened once per item (32: 13%
-// faster than 8 over a 3,000-row prefill, no faster at 64).
-constexpr int64_t ITEM_ROWS = 32;
+// Rows per work item of shared context keys: each chunk's keys and values are widened (or, for pair products, laid
+// out as panels) once per item (32: 13% faster than 8 over a 3,000-row prefill, 4% slower at 64; pair products:
+// 64, 4% faster than 32)
+constexpr int64_t ITEM_ROWS = 32, PAIR_ITEM_ROWS = 64;
 
 // P pairs' scores (s[p][0 .. n8)): keys past nk[p] masked; each pair's max over its keys (exact: any order gives
 // the same value, up to a zero's sign, which no later step sees: the max only enters exp(s - max)), then exp, then
@@ -57,7 +58,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
   // Work items (rows, kv head, chunk): a chunk's keys and values are widened to fp32 (or, on tiles, laid out as
   // tiles) once and read by every query head of the group and every row of the item. A chunk of context slots only
   // (a chain's, tree's or prefill's context, and a chain's or prefill's own latest keys) is one item for up to
-  // ITEM_ROWS consecutive rows of a sequence, each row masking the keys past its own; a chunk holding a tree row's
+  // item_rows consecutive rows of a sequence, each row masking the keys past its own; a chunk holding a tree row's
   // extra slots is one item per row. Each score and output is the same instruction sequence either way (a masked
   // key adds zeros), so grouping changes no bit.
   std::vector<int64_t> first(R + 1, 0);
@@ -67,6 +68,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
   // bf16a over a bf16 cache (`pair`): the pair products of attention_pairs.h, the queries rounded to bf16 pairs once
   const bool pairs = pair && std::is_same<T, at::BFloat16>::value && D % 16 == 0 && C % 16 == 0;
   const bool dp = pairs && fp_pairs_dp();
+  const int64_t item_rows = pairs ? PAIR_ITEM_ROWS : ITEM_ROWS;
   // other bf16 caches where the bf16 product runs on AMX: the chunks' two products on tiles (aamx.h), the queries
   // split once into hi and lo parts, pairs (kv head, row, head of its group) in order, then 16 pairs of zeros
   const bool tiles = !pairs && std::is_same<T, at::BFloat16>::value && fp_amx() && D % 32 == 0 && C % 32 == 0;
@@ -95,7 +97,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
       for (int64_t r = a; r <= b; ++r) {
         // chunk c of row r holds context slots only (its keys c*C .. are slots c*C ..): rows share its packing
         const bool plain = r < b && c < first[r + 1] - first[r] && std::min(ctx[r] + n_extra[r], (c + 1) * C) <= ctx[r];
-        if (run >= 0 && (!plain || r - run == ITEM_ROWS)) add(run, r - run, c), run = -1;
+        if (run >= 0 && (!plain || r - run == item_rows)) add(run, r - run, c), run = -1;
         if (plain && run < 0) run = r;
         else if (!plain && r < b && c < first[r + 1] - first[r]) add(r, 1, c);
       }
@@ -116,7 +118,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
   for (int64_t t = 0; t < NT; ++t)
     bound[t] = std::lower_bound(cost.begin(), cost.end(), cost[n_items] * t / NT) - cost.begin();
   at::parallel_for(0, NT, 1, [&](int64_t t0, int64_t t1) {
-    const int64_t most = ITEM_ROWS * group, most16 = (most + 15) / 16 * 16;
+    const int64_t most = item_rows * group, most16 = (most + 15) / 16 * 16;
     std::vector<float> s(most16 * (C + 8)), kf(tiles || pairs ? 0 : (C + 8) * D), vf(kf.size()), mx(most), l(most);
     std::vector<const float*> qp(most);
     std::vector<float*> sp(most), op(most);
