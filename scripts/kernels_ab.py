@@ -6,7 +6,8 @@ by 15-30% between runs, so separate runs cannot show a 10% change).
 A build directory is `verispec.kernels.build_dir()` of a checkout after one `kernels.load()`; for another
 checkout: `PYTHONPATH=/path/to/it python -c "from verispec import kernels; kernels.load(); print(kernels.build_dir())"`.
 Prefills the first N tokens of the first long prompt that has N (../shared/data/prompts/long.jsonl; else the
-longest) with each build in turn, ROUNDS times, checks that both give the same hidden states bit for bit, and prints each build's median and B/A.
+longest) with each build in turn, ROUNDS times, checks that both give the same hidden states bit for bit, and prints
+each build's median and B/A.
 --rows: instead, after that prefill, passes of R new rows each (decoding, verification; logits included), each
 build in turn. --other-bits: the builds are meant to compute differently (a change of numerics), so differing bits
 are reported, not a failure. 2 threads.

@@ -129,7 +129,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
     const int64_t D2 = D / 2, C2 = (C + 1) / 2;                     // pairs: queries, key and value panels, weights
     std::vector<uint32_t> qb(pairs ? most * D2 : 0), kpan(pairs ? C * D2 : 0), vpan(pairs ? C2 * D : 0),
         pb(pairs ? most * C2 : 0);
-    std::vector<float> sacc(pairs ? most * C : 0), oacc(pairs ? most * D : 0);
+    std::vector<float> oacc(pairs ? most * D : 0);
     std::vector<const uint32_t*> krow(pairs ? 16 : 0);
     std::unique_ptr<FlushDenormals> flush(pairs ? new FlushDenormals : nullptr);   // the definition's flushing
     for (int64_t it = bound[t0]; it < bound[t1]; ++it) {
@@ -177,12 +177,12 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
           for (int u = 0; u < 16; ++u) krow[u] = reinterpret_cast<const uint32_t*>(kbase + row(j + u));
           key_panel(krow.data(), D2, wide, kpan.data() + j * D2);
         }
-        std::fill(sacc.begin(), sacc.begin() + P * n16, 0.0f);
-        pair_rows(P, qb.data(), D2, kpan.data(), n16 / 16, dp, sacc.data(), n16);
+        for (int64_t p = 0; p < P; ++p) std::fill(sp[p], sp[p] + n16, 0.0f);      // the scores' sums, from +0
+        pair_rows(P, qb.data(), D2, kpan.data(), n16 / 16, dp, s.data(), C + 8);   // sp[p] = s + p (C + 8)
         const __m256 sc = _mm256_set1_ps(scale);
         for (int64_t p = 0; p < P; ++p)
           for (int64_t j = 0; j < n8; j += 8)
-            _mm256_storeu_ps(sp[p] + j, _mm256_mul_ps(_mm256_loadu_ps(sacc.data() + p * n16 + j), sc));
+            _mm256_storeu_ps(sp[p] + j, _mm256_mul_ps(_mm256_loadu_ps(sp[p] + j), sc));
         softmax_rows(wide, sp.data(), P, n, n8, nk.data(), mx.data(), l.data());
         for (int64_t p = 0; p < P; ++p) round_pairs(sp[p], 2 * n2, pb.data() + p * n2);
         for (int64_t t = 0; t < n2; ++t)
