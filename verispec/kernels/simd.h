@@ -70,13 +70,20 @@ void rows_tile(int64_t mt, const float* x, int64_t ldx, const T* wp, int64_t ps,
 }
 
 // accumulators [rows][width] of the panels starting at panel p, rows from m0 -> y (+ bias)
+// (8 outputs at a time, then one at a time: a store per output that exists, never a masked store, which AMD CPUs
+// run slowly enough to cost a fifth of a long prefill's products)
 inline void store_rows(const float* acc, int64_t rows, int64_t width, int64_t p, int64_t m0, const float* bias,
                        float* y, int64_t N) {
-  for (int64_t m = 0; m < rows; ++m)
-    for (int64_t j = 0; j < width; ++j) {
-      int64_t n = p * 16 + j;
-      if (n < N) y[(m0 + m) * N + n] = bias ? acc[m * width + j] + bias[n] : acc[m * width + j];
+  const int64_t n0 = p * 16, w = std::min(width, N - n0), w8 = w / 8 * 8;      // the outputs that exist
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* a = acc + m * width;
+    float* out = y + (m0 + m) * N + n0;
+    for (int64_t j = 0; j < w8; j += 8) {
+      const __m256 v = _mm256_loadu_ps(a + j);
+      _mm256_storeu_ps(out + j, bias ? _mm256_add_ps(v, _mm256_loadu_ps(bias + n0 + j)) : v);
     }
+    for (int64_t j = w8; j < w; ++j) out[j] = bias ? a[j] + bias[n0 + j] : a[j];
+  }
 }
 
 // Rows in groups of at most 6 (6 rows x 1 panel = 12 accumulators + 2 weight vectors + 1 broadcast: 15 of 16
