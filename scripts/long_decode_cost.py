@@ -1,6 +1,7 @@
 """A one-row decoding step of the default model after N tokens of context (100, 1,000, 3,000), and the part of it
 that is attention: the step's median ms (logits excluded), and one row's attention over each of the model's 30
-layers' caches in turn (`attention_step`, as the step calls it). bf16 or bf16a (its pair attention), 2 threads:
+layers' caches in turn (`attention_step`, as the step calls it, bf16a with the cache's laid-out chunks). bf16 or
+bf16a (its pair attention), 2 threads:
 
     python scripts/long_decode_cost.py [DTYPE]
 """
@@ -41,7 +42,7 @@ with torch.inference_mode():
             for layer in range(cfg.num_layers):
                 ks, vs = rows.caches(layer)
                 lib.attention_step(qkv, cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx, rows.extra, rows.n_extra,
-                                   heads, d ** -0.5, ops.CHUNK, dtype == "bf16a")
+                                   heads, d ** -0.5, ops.CHUNK, dtype == "bf16a", *rows.panels(layer, dtype == "bf16a"))
             attention.append(time.perf_counter() - t0)
         print(f"{dtype}, {n} tokens of context: step {statistics.median(steps) * 1e3:.2f} ms, its attention (all "
               f"layers) {statistics.median(attention) * 1e3:.2f} ms", flush=True)

@@ -12,6 +12,7 @@
 #include "attention_simd.h"
 #include "aamx.h"
 #include "attention_pairs.h"
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <type_traits>
@@ -20,8 +21,8 @@
 namespace {
 
 // Rows per work item of shared context keys: each chunk's keys and values are widened (or, for pair products, laid
-// out as panels) once per item (32: 13% faster than 8 over a 3,000-row prefill, 4% slower at 64; pair products:
-// 64, 4% faster than 32)
+// out as panels, or read from the cache's store of them) once per item (32: 13% faster than 8 over a 3,000-row
+// prefill, 4% slower at 64; pair products: 64, 4% faster than 32)
 constexpr int64_t ITEM_ROWS = 32, PAIR_ITEM_ROWS = 64;
 
 // P pairs' scores (s[p][0 .. n8)): keys past nk[p] masked; each pair's max over its keys (exact: any order gives
@@ -53,7 +54,7 @@ template <typename T>
 void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std::vector<const T*>& ks,
                      const std::vector<const T*>& vs, const std::vector<int64_t>& cap, int64_t hkv,
                      const int64_t* seq, const int64_t* ctx, const int64_t* extra, int64_t E, const int64_t* n_extra,
-                     float scale, int64_t C, bool pair, float* out) {
+                     float scale, int64_t C, bool pair, const Panels& store, float* out) {
   // Partials m, l, o per (row, head, chunk of C logical keys), merged per (row, head) in chunk order below.
   // Work items (rows, kv head, chunk): a chunk's keys and values are widened to fp32 (or, on tiles, laid out as
   // tiles) once and read by every query head of the group and every row of the item. A chunk of context slots only
@@ -81,13 +82,13 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         split_rows(q + ((i % R) * H + (i / R) * group) * D, group, 0, group, D, qh.data() + i * group * D,
                    ql.data() + i * group * D);
     });
-  struct Item { int64_t r0, nr, c, wide; };                        // wide: the row with the most keys
+  struct Item { int64_t r0, nr, c, wide; bool shared; };          // wide: the row with the most keys
   std::vector<Item> items;
-  const auto add = [&](int64_t r0, int64_t nr, int64_t c) {
+  const auto add = [&](int64_t r0, int64_t nr, int64_t c, bool shared) {
     int64_t w = r0;
     for (int64_t r = r0; r < r0 + nr; ++r)
       if (ctx[r] + n_extra[r] > ctx[w] + n_extra[w]) w = r;
-    items.push_back({r0, nr, c, w});
+    items.push_back({r0, nr, c, w, shared});
   };
   for (int64_t a = 0; a < R;) {
     int64_t b = a, most = 0;
@@ -97,12 +98,36 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
       for (int64_t r = a; r <= b; ++r) {
         // chunk c of row r holds context slots only (its keys c*C .. are slots c*C ..): rows share its packing
         const bool plain = r < b && c < first[r + 1] - first[r] && std::min(ctx[r] + n_extra[r], (c + 1) * C) <= ctx[r];
-        if (run >= 0 && (!plain || r - run == item_rows)) add(run, r - run, c), run = -1;
+        if (run >= 0 && (!plain || r - run == item_rows)) add(run, r - run, c, true), run = -1;
         if (plain && run < 0) run = r;
-        else if (!plain && r < b && c < first[r + 1] - first[r]) add(r, 1, c);
+        else if (!plain && r < b && c < first[r + 1] - first[r]) add(r, 1, c, false);
       }
     }
     a = b;
+  }
+  // pairs with a store (`Panels`): a full chunk of context slots is laid out once, into its sequence's store, and
+  // read from there by every item of this and every later pass until the cache clears it (`KVCache.stale`: its
+  // slots may change). The same words as an item's own lay-out, so the same bits.
+  const auto stored = [&](const Item& m) {
+    const int64_t sq = seq[m.r0];
+    return pairs && !store.pan.empty() && m.shared && m.c < store.chunks[sq] &&
+           std::min(ctx[m.wide] + n_extra[m.wide], (m.c + 1) * C) - m.c * C == C;
+  };
+  if (pairs && !store.pan.empty()) {
+    std::vector<std::pair<int64_t, int64_t>> todo;                  // (sequence, chunk) not laid out yet
+    for (const Item& m : items)
+      if (stored(m) && !store.built[seq[m.r0]][m.c]) todo.emplace_back(seq[m.r0], m.c);
+    std::sort(todo.begin(), todo.end());                            // (items of one chunk: several row blocks)
+    todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
+    at::parallel_for(0, static_cast<int64_t>(todo.size()) * hkv, 1, [&](int64_t b, int64_t e) {
+      std::vector<const uint32_t*> krow(16);
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t sq = todo[i / hkv].first, c = todo[i / hkv].second, g = i % hkv;
+        lay_out_chunk(ks[sq] + (g * cap[sq] + c * C) * D, vs[sq] + (g * cap[sq] + c * C) * D, C, D, fp_avx512(),
+                      krow.data(), store.pan[sq] + (g * store.chunks[sq] + c) * C * D);
+      }
+    });
+    for (const auto& t : todo) store.built[t.first][t.second] = 1;
   }
   static thread_local std::vector<float> pm_buf, pl_buf, po_buf;    // the caller's, reused: no fresh pages per layer
   if (pm_buf.size() < static_cast<size_t>(chunks * H)) pm_buf.resize(chunks * H), pl_buf.resize(chunks * H);
@@ -173,23 +198,29 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         };
         for (int64_t p = 0; p < P; ++p)
           std::copy(q2.data() + (qp[p] - q) / 2, q2.data() + (qp[p] - q) / 2 + D2, qb.data() + p * D2);
-        for (int64_t j = 0; j < n16; j += 16) {
-          for (int u = 0; u < 16; ++u) krow[u] = reinterpret_cast<const uint32_t*>(kbase + row(j + u));
-          key_panel(krow.data(), D2, wide, kpan.data() + j * D2);
+        const uint32_t *keys = kpan.data(), *values = vpan.data();  // the chunk's panels: stored, or laid out here
+        if (stored(item)) {
+          keys = store.pan[sq] + (g * store.chunks[sq] + c) * C * D;
+          values = keys + C * D2;
+        } else {
+          for (int64_t j = 0; j < n16; j += 16) {
+            for (int u = 0; u < 16; ++u) krow[u] = reinterpret_cast<const uint32_t*>(kbase + row(j + u));
+            key_panel(krow.data(), D2, wide, kpan.data() + j * D2);
+          }
+          for (int64_t t = 0; t < n2; ++t)
+            value_pair(reinterpret_cast<const uint16_t*>(vbase + row(2 * t)),
+                       reinterpret_cast<const uint16_t*>(vbase + row(2 * t + 1)), dim, t, n2, vpan.data());
         }
         for (int64_t p = 0; p < P; ++p) std::fill(sp[p], sp[p] + n16, 0.0f);      // the scores' sums, from +0
-        pair_rows(P, qb.data(), D2, kpan.data(), n16 / 16, dp, s.data(), C + 8);   // sp[p] = s + p (C + 8)
+        pair_rows(P, qb.data(), D2, keys, n16 / 16, dp, s.data(), C + 8);         // sp[p] = s + p (C + 8)
         const __m256 sc = _mm256_set1_ps(scale);
         for (int64_t p = 0; p < P; ++p)
           for (int64_t j = 0; j < n8; j += 8)
             _mm256_storeu_ps(sp[p] + j, _mm256_mul_ps(_mm256_loadu_ps(sp[p] + j), sc));
         softmax_rows(wide, sp.data(), P, n, n8, nk.data(), mx.data(), l.data());
         for (int64_t p = 0; p < P; ++p) round_pairs(sp[p], 2 * n2, pb.data() + p * n2);
-        for (int64_t t = 0; t < n2; ++t)
-          value_pair(reinterpret_cast<const uint16_t*>(vbase + row(2 * t)),
-                     reinterpret_cast<const uint16_t*>(vbase + row(2 * t + 1)), dim, t, n2, vpan.data());
         std::fill(oacc.begin(), oacc.begin() + P * D, 0.0f);
-        pair_rows(P, pb.data(), n2, vpan.data(), D / 16, dp, oacc.data(), D);
+        pair_rows(P, pb.data(), n2, values, D / 16, dp, oacc.data(), D);
         for (int64_t p = 0; p < P; ++p) std::copy(oacc.data() + p * D, oacc.data() + (p + 1) * D, op[p]);
       } else {
         float *const kd = kf.data(), *const vd = vf.data();
@@ -242,7 +273,7 @@ template <typename T>
 void attention_impl(const float* q, int64_t R, int64_t H, int64_t D, const std::vector<const T*>& ks,
                     const std::vector<const T*>& vs, const std::vector<int64_t>& cap, int64_t hkv,
                     const int64_t* seq, const int64_t* ctx, const int64_t* extra, int64_t E, const int64_t* n_extra,
-                    float scale, int64_t C, bool pair, float* out) {
+                    float scale, int64_t C, bool pair, const Panels& store, float* out) {
   const int64_t budget = std::max<int64_t>(1, (int64_t(8) << 20) / (H * D));   // (row, chunk) partials per block
   for (int64_t r0 = 0; r0 < R;) {
     int64_t r1 = r0, slots = 0;
@@ -252,7 +283,7 @@ void attention_impl(const float* q, int64_t R, int64_t H, int64_t D, const std::
       slots += n, ++r1;
     }
     attention_block<T>(q + r0 * H * D, r1 - r0, H, D, ks, vs, cap, hkv, seq + r0, ctx + r0, extra + r0 * E, E,
-                       n_extra + r0, scale, C, pair, out + r0 * H * D);
+                       n_extra + r0, scale, C, pair, store, out + r0 * H * D);
     r0 = r1;
   }
 }

@@ -75,6 +75,27 @@ inline void value_pair(const uint16_t* even, const uint16_t* odd, int64_t D, int
   }
 }
 
+// A full chunk of C keys and values (C consecutive cache rows of D bf16 from k, v) -> its key panels ([C/16][D/2][16]
+// words) and then its value panels ([D/16][C/2][16]) at out: what an item lays out for itself, kept instead
+inline void lay_out_chunk(const void* k, const void* v, int64_t C, int64_t D, bool wide, const uint32_t** krow,
+                          uint32_t* out) {
+  const auto* kw = static_cast<const uint32_t*>(k);
+  const auto* vh = static_cast<const uint16_t*>(v);
+  for (int64_t j = 0; j < C; j += 16) {
+    for (int u = 0; u < 16; ++u) krow[u] = kw + (j + u) * D / 2;
+    key_panel(krow, D / 2, wide, out + j * D / 2);
+  }
+  for (int64_t t = 0; t < C / 2; ++t) value_pair(vh + 2 * t * D, vh + (2 * t + 1) * D, D, t, C / 2, out + C * D / 2);
+}
+
+// Where a pass keeps the chunks it lays out (`lay_out_chunk`), per sequence of the pass: pan[s] [kv heads][chunks]
+// [C * D] words, built[s] [chunks] (1: laid out, for every kv head, from the cache as it is now); none: empty
+struct Panels {
+  std::vector<uint32_t*> pan;
+  std::vector<uint8_t*> built;
+  std::vector<int64_t> chunks;
+};
+
 // acc [P, lda] (zeroed) += the pair product of P rows of pairs x (row stride K2) and `panels` pair panels w (panel
 // stride K2 * 16), over all K2 pairs: rows in groups of up to 12, panels two at a time
 inline void pair_rows(int64_t P, const uint32_t* x, int64_t K2, const uint32_t* w, int64_t panels, bool dp,

@@ -132,9 +132,12 @@ std::string set_fp_isa(const std::string& isa) {
 
 // q [R, H, D] fp32; ks, vs: per sequence [kv_heads, capacity, D] (one dtype); seq, ctx, n_extra [R] int64;
 // extra [R, E] int64 slots. Row r attends to slots 0 .. ctx[r]-1, then extra[r, :n_extra[r]], in that order.
+// pan, built: none, or per sequence its store of laid-out chunks for pairs (`Panels`): [kv_heads, chunks,
+// chunk * D] int32 and [chunks] uint8, whose holder clears `built` from a chunk on as soon as a slot in it changes
 torch::Tensor attention(torch::Tensor q, std::vector<torch::Tensor> ks, std::vector<torch::Tensor> vs,
                         torch::Tensor seq, torch::Tensor ctx, torch::Tensor extra, torch::Tensor n_extra,
-                        double scale, int64_t chunk, bool pairs) {
+                        double scale, int64_t chunk, bool pairs, std::vector<torch::Tensor> pan,
+                        std::vector<torch::Tensor> built) {
   TORCH_CHECK(q.dim() == 3 && q.scalar_type() == at::kFloat && q.is_contiguous(), "attention: q [R, H, D] fp32");
   const int64_t R = q.size(0), H = q.size(1), D = q.size(2);
   TORCH_CHECK(D % 8 == 0 && chunk > 0, "attention: head size must be a multiple of 8");
@@ -149,6 +152,17 @@ torch::Tensor attention(torch::Tensor q, std::vector<torch::Tensor> ks, std::vec
                 ks[i].scalar_type() == ks[0].scalar_type() && vs[i].sizes() == ks[i].sizes(), "attention: caches");
     cap.push_back(ks[i].size(1));
   }
+  Panels store;
+  TORCH_CHECK(pan.size() == built.size() && (pan.empty() || pan.size() == ks.size()), "attention: one store each");
+  for (size_t i = 0; i < pan.size(); ++i) {
+    TORCH_CHECK(pan[i].scalar_type() == at::kInt && pan[i].is_contiguous() && pan[i].dim() == 3 &&
+                pan[i].size(0) == hkv && pan[i].size(2) == chunk * D && pan[i].size(1) * chunk <= cap[i] &&
+                built[i].scalar_type() == at::kByte && built[i].is_contiguous() &&
+                built[i].numel() == pan[i].size(1), "attention: stores [kv_heads, chunks, chunk * D] int32, [chunks]");
+    store.pan.push_back(reinterpret_cast<uint32_t*>(pan[i].data_ptr()));
+    store.built.push_back(built[i].data_ptr<uint8_t>());
+    store.chunks.push_back(pan[i].size(1));
+  }
   auto out = torch::empty_like(q);
   if (R == 0) return out;
   const int64_t E = extra.dim() == 2 ? extra.size(1) : 0;
@@ -160,7 +174,7 @@ torch::Tensor attention(torch::Tensor q, std::vector<torch::Tensor> ks, std::vec
     }
     attention_impl<T>(q.data_ptr<float>(), R, H, D, kp, vp, cap, hkv, seq.data_ptr<int64_t>(),
                       ctx.data_ptr<int64_t>(), extra.data_ptr<int64_t>(), E, n_extra.data_ptr<int64_t>(),
-                      static_cast<float>(scale), chunk, pairs, out.data_ptr<float>());
+                      static_cast<float>(scale), chunk, pairs, store, out.data_ptr<float>());
   });
   return out;
 }
@@ -171,7 +185,7 @@ torch::Tensor attention(torch::Tensor q, std::vector<torch::Tensor> ks, std::vec
 torch::Tensor attention_step(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, std::vector<torch::Tensor> ks,
                              std::vector<torch::Tensor> vs, torch::Tensor seq, torch::Tensor slot, torch::Tensor ctx,
                              torch::Tensor extra, torch::Tensor n_extra, int64_t H, double scale, int64_t chunk,
-                             bool pairs) {
+                             bool pairs, std::vector<torch::Tensor> pan, std::vector<torch::Tensor> built) {
   TORCH_CHECK(!ks.empty() && ks.size() == vs.size(), "attention_step: one k and one v per sequence");
   const int64_t hkv = ks[0].size(0), D = ks[0].size(2), R = qkv.size(0), half = D / 2;
   TORCH_CHECK(qkv.dim() == 2 && qkv.scalar_type() == at::kFloat && qkv.is_contiguous() &&
@@ -222,7 +236,7 @@ torch::Tensor attention_step(torch::Tensor qkv, torch::Tensor cos, torch::Tensor
       }
     });
   });
-  auto out = attention(q, ks, vs, seq, ctx, extra, n_extra, scale, chunk, pairs);
+  auto out = attention(q, ks, vs, seq, ctx, extra, n_extra, scale, chunk, pairs, pan, built);
   return out.view({R, H * D});
 }
 
@@ -276,13 +290,15 @@ torch::Tensor silu_mul(torch::Tensor gu) {
 torch::Tensor layer(torch::Tensor x, std::vector<torch::Tensor> p, std::vector<int64_t> n_out, torch::Tensor cos,
                     torch::Tensor sin, std::vector<torch::Tensor> ks, std::vector<torch::Tensor> vs, torch::Tensor seq,
                     torch::Tensor slot, torch::Tensor ctx, torch::Tensor extra, torch::Tensor n_extra, int64_t H,
-                    double eps, double scale, int64_t chunk) {
+                    double eps, double scale, int64_t chunk, std::vector<torch::Tensor> pan,
+                    std::vector<torch::Tensor> built) {
   TORCH_CHECK(p.size() == 7 && n_out.size() == 4, "layer: 7 parameters and 4 widths");
   c10::optional<torch::Tensor> none, bias;
   if (p[2].defined() && p[2].numel()) bias = p[2];
   auto qkv = linear(rms_norm(x, p[0], eps), p[1], n_out[0], bias);
   const bool pairs = p[1].scalar_type() == at::kInt;        // bf16a's pair panels: its attention too
-  auto y = attention_step(qkv, cos, sin, ks, vs, seq, slot, ctx, extra, n_extra, H, scale, chunk, pairs);
+  auto y = attention_step(qkv, cos, sin, ks, vs, seq, slot, ctx, extra, n_extra, H, scale, chunk, pairs,
+                          pairs ? pan : std::vector<torch::Tensor>(), pairs ? built : std::vector<torch::Tensor>());
   x = x + linear(y, p[3], n_out[1], none);
   auto a = silu_mul(linear(rms_norm(x, p[4], eps), p[5], n_out[2], none));
   return x + linear(a, p[6], n_out[3], none);
@@ -299,10 +315,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   register_qlayer(m);
   register_stack(m);
   m.def("linear", &linear, "row-invariant linear layer");
-  m.def("attention", &attention, "row-invariant attention over per-row logical key sequences");
-  m.def("attention_step", &attention_step, "RoPE, KV cache write and attention of one layer");
+  using pybind11::arg;
+  const auto none = std::vector<torch::Tensor>();           // no store of laid-out chunks (`Panels`)
+  m.def("attention", &attention, "row-invariant attention over per-row logical key sequences", arg("q"), arg("ks"),
+        arg("vs"), arg("seq"), arg("ctx"), arg("extra"), arg("n_extra"), arg("scale"), arg("chunk"), arg("pairs"),
+        arg("pan") = none, arg("built") = none);
+  m.def("attention_step", &attention_step, "RoPE, KV cache write and attention of one layer", arg("qkv"), arg("cos"),
+        arg("sin"), arg("ks"), arg("vs"), arg("seq"), arg("slot"), arg("ctx"), arg("extra"), arg("n_extra"), arg("H"),
+        arg("scale"), arg("chunk"), arg("pairs"), arg("pan") = none, arg("built") = none);
   m.def("rms_norm", &rms_norm, "row-invariant RMSNorm");
-  m.def("layer", &layer, "one decoder layer: the op-by-op path's calls in one");
+  m.def("layer", &layer, "one decoder layer: the op-by-op path's calls in one", arg("x"), arg("p"), arg("n_out"),
+        arg("cos"), arg("sin"), arg("ks"), arg("vs"), arg("seq"), arg("slot"), arg("ctx"), arg("extra"),
+        arg("n_extra"), arg("H"), arg("eps"), arg("scale"), arg("chunk"), arg("pan") = none, arg("built") = none);
   m.def("silu_mul", &silu_mul, "silu(gate) * up");
   m.def("fp_isa", &fp_isa, "the float product's instruction set: 'amx' (bf16 weights), 'avx512' or 'avx2'");
   m.def("pairs_isa", [] {

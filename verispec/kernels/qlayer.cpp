@@ -11,7 +11,7 @@ torch::Tensor silu_mul(torch::Tensor gu);
 torch::Tensor attention_step(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, std::vector<torch::Tensor> ks,
                              std::vector<torch::Tensor> vs, torch::Tensor seq, torch::Tensor slot, torch::Tensor ctx,
                              torch::Tensor extra, torch::Tensor n_extra, int64_t H, double scale, int64_t chunk,
-                             bool pairs);
+                             bool pairs, std::vector<torch::Tensor> pan, std::vector<torch::Tensor> built);
 torch::Tensor qlinear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Tensor sc, torch::Tensor mn,
                       torch::Tensor d, torch::Tensor dmin, int64_t N, c10::optional<torch::Tensor> bias);
 torch::Tensor q8linear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Tensor sc, torch::Tensor mn,
@@ -63,7 +63,7 @@ torch::Tensor qlayer(torch::Tensor x, std::vector<torch::Tensor> norms, torch::T
   c10::optional<torch::Tensor> none, bias;
   if (bqkv.defined() && bqkv.numel()) bias = bqkv;
   auto qkv = parts.product(0, rms_norm(x, norms[0], eps), bias);
-  auto y = attention_step(qkv, cos, sin, ks, vs, seq, slot, ctx, extra, n_extra, H, scale, chunk, false);
+  auto y = attention_step(qkv, cos, sin, ks, vs, seq, slot, ctx, extra, n_extra, H, scale, chunk, false, {}, {});
   x = x + parts.product(1, y, none);
   auto a = silu_mul(parts.product(2, rms_norm(x, norms[1], eps), none));
   return x + parts.product(3, a, none);

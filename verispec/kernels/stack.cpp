@@ -9,7 +9,8 @@
 torch::Tensor layer(torch::Tensor x, std::vector<torch::Tensor> p, std::vector<int64_t> n_out, torch::Tensor cos,
                     torch::Tensor sin, std::vector<torch::Tensor> ks, std::vector<torch::Tensor> vs, torch::Tensor seq,
                     torch::Tensor slot, torch::Tensor ctx, torch::Tensor extra, torch::Tensor n_extra, int64_t H,
-                    double eps, double scale, int64_t chunk);
+                    double eps, double scale, int64_t chunk, std::vector<torch::Tensor> pan,
+                    std::vector<torch::Tensor> built);
 torch::Tensor qlayer(torch::Tensor x, std::vector<torch::Tensor> norms, torch::Tensor bqkv,
                      std::vector<torch::Tensor> w, std::vector<int64_t> count, std::vector<int64_t> kind,
                      std::vector<int64_t> n, bool int8, torch::Tensor cos, torch::Tensor sin,
@@ -50,24 +51,28 @@ struct Stack {
   }
 
   // x [R, D] fp32; cos, sin [R, d/2]; k_all, v_all: per segment its cache's whole keys and values [layers, batch,
-  // kv_heads, capacity, d], batch[s] the segment's entry; the rest as `layer`. -> [R, D] fp32 after every layer
+  // kv_heads, capacity, d], batch[s] the segment's entry; p_all, b_all: none, or per segment its cache's stores of
+  // laid-out chunks [layers, batch, ...] (`KVCache.panels`); the rest as `layer`. -> [R, D] fp32 after every layer
   torch::Tensor run(torch::Tensor x, torch::Tensor cos, torch::Tensor sin, std::vector<torch::Tensor> k_all,
                     std::vector<torch::Tensor> v_all, std::vector<int64_t> batch, torch::Tensor seq, torch::Tensor slot,
-                    torch::Tensor ctx, torch::Tensor extra, torch::Tensor n_extra, int64_t chunk) const {
+                    torch::Tensor ctx, torch::Tensor extra, torch::Tensor n_extra, int64_t chunk,
+                    std::vector<torch::Tensor> p_all, std::vector<torch::Tensor> b_all) const {
     const size_t S = k_all.size();
     TORCH_CHECK(S > 0 && v_all.size() == S && batch.size() == S, "Stack.run: one k, v and batch entry per segment");
+    TORCH_CHECK(p_all.size() == b_all.size() && (p_all.empty() || p_all.size() == S), "Stack.run: stores");
     const int64_t L = static_cast<int64_t>(layers.size());
     for (size_t s = 0; s < S; ++s)
       TORCH_CHECK(k_all[s].dim() == 5 && k_all[s].size(0) >= L && v_all[s].sizes() == k_all[s].sizes() &&
                   batch[s] >= 0 && batch[s] < k_all[s].size(1), "Stack.run: caches [layers, batch, kv, capacity, d]");
-    std::vector<torch::Tensor> ks(S), vs(S);
+    std::vector<torch::Tensor> ks(S), vs(S), pan(p_all.size()), built(p_all.size());
     for (int64_t i = 0; i < L; ++i) {
       for (size_t s = 0; s < S; ++s) ks[s] = k_all[s][i][batch[s]], vs[s] = v_all[s][i][batch[s]];
+      for (size_t s = 0; s < p_all.size(); ++s) pan[s] = p_all[s][i][batch[s]], built[s] = b_all[s][i][batch[s]];
       const Layer& l = layers[i];
       x = l.quant ? qlayer(x, l.p, l.bqkv, l.w, l.count, l.kind, l.n, l.int8, cos, sin, ks, vs, seq, slot, ctx, extra,
                            n_extra, l.H, l.eps, l.scale, chunk)
                   : layer(x, l.p, l.widths, cos, sin, ks, vs, seq, slot, ctx, extra, n_extra, l.H, l.eps, l.scale,
-                          chunk);
+                          chunk, pan, built);
     }
     return x;
   }

@@ -146,7 +146,7 @@ def layer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
     ks, vs = rows.caches(index)
     heads, eps, scale = f.shape
     y = kernels.load().layer(flat, f.params, f.widths, cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx, rows.extra,
-                             rows.n_extra, heads, eps, scale, CHUNK)
+                             rows.n_extra, heads, eps, scale, CHUNK, *rows.panels(index, block.attn.wqkv.act_bf16))
     return y.view(x.shape)
 
 
@@ -216,5 +216,6 @@ def stack(blocks: nn.ModuleList, layer_type: type, x: torch.Tensor, rope, rows: 
     flat, cos, sin = _flat(x, rope)
     segments = rows.segments
     y = s.kernel.run(flat, cos, sin, [c.k for c, *_ in segments], [c.v for c, *_ in segments],
-                     [b for _, b, *_ in segments], rows.seq, rows.slot, rows.ctx, rows.extra, rows.n_extra, CHUNK)
+                     [b for _, b, *_ in segments], rows.seq, rows.slot, rows.ctx, rows.extra, rows.n_extra, CHUNK,
+                     *rows.stores(any(b.attn.wqkv.act_bf16 for b in blocks)))
     return y.view(x.shape)

@@ -3,6 +3,9 @@
 Slots `[0, length)` hold keys and values of tokens that are part of the sequence. A forward pass over n new tokens
 writes slots `[length, length + n)` and advances `length`. Rolling back a rejected draft is `truncate`: the stale
 slots beyond `length` are never read again before they are overwritten.
+
+A bf16a cache also keeps its full chunks of slots laid out as its attention reads them (`panels`); whatever may
+change a slot clears the chunks from it on (`stale`: truncate, compact, write, and the start of every pass).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ class KVCache:
         self._views: dict = {}                                    # (layer, batch entry) -> (k, v): `sequence`
         self.capacity = capacity
         self.length = 0
+        self._panels: tuple | None = None                         # `panels`: (chunk, store, built), made on first use
 
     def write(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store n new keys/values at slots [length, length + n) of `layer`; return views of all valid slots.
@@ -33,6 +37,7 @@ class KVCache:
         if end > self.capacity:
             raise ValueError(f"KV cache overflow: {end} slots needed, capacity {self.capacity}")
         k, v = self.layers[layer]
+        self.stale(self.length)
         k.narrow(2, self.length, n).copy_(k_new)
         v.narrow(2, self.length, n).copy_(v_new)
         return k.narrow(2, 0, end), v.narrow(2, 0, end)
@@ -44,6 +49,23 @@ class KVCache:
             kv = self._views[(layer, b)] = (self.layers[layer][0][b], self.layers[layer][1][b])
         return kv
 
+    def panels(self, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """bf16a attention's store of laid-out chunks (kernels/attention_pairs.h, `Panels`), made on first use:
+        [layers, batch, kv_heads, capacity // chunk, chunk * head_dim] int32 (each full chunk of `chunk` slots as
+        key and value panels) and [layers, batch, capacity // chunk] uint8, 1 where a chunk was laid out from its
+        slots as they are now. The kernels lay chunks out; `stale` clears the flags from a slot on."""
+        if self._panels is None or self._panels[0] != chunk:
+            layers, batch, heads, cap, d = self.k.shape
+            self._panels = (chunk, torch.empty(layers, batch, heads, cap // chunk, chunk * d, dtype=torch.int32,
+                                               device=self.k.device),
+                            torch.zeros(layers, batch, cap // chunk, dtype=torch.uint8, device=self.k.device))
+        return self._panels[1], self._panels[2]
+
+    def stale(self, slot: int) -> None:
+        """Slots from `slot` on may change: no laid-out chunk that holds one of them is read again (`panels`)."""
+        if self._panels is not None:
+            self._panels[2][:, :, slot // self._panels[0]:] = 0
+
     def advance(self, n: int) -> None:
         self.length += n
 
@@ -52,6 +74,7 @@ class KVCache:
         if not 0 <= length <= self.length:
             raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
         self.length = length
+        self.stale(length)
 
     def compact(self, start: int, keep: torch.Tensor) -> None:
         """Keep, after the first `start` slots, only the slots `start + keep[i]`, moved into place; drop the rest.
@@ -59,6 +82,7 @@ class KVCache:
         Used after tree verification: `keep` ([n] ascending node indices) is the accepted root-to-node path.
         """
         n = int(keep.numel())
+        self.stale(start)
         if n and not torch.equal(keep.cpu(), torch.arange(n)):    # compared on the host: no device sync
             src = upload(start + keep, self.k.device)
             self.k[:, :, :, start:start + n] = self.k.index_select(3, src)

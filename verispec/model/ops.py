@@ -247,12 +247,29 @@ class Rows:
         kv = [c.sequence(layer, b) for c, b, _, _ in self.segments]
         return [k for k, _ in kv], [v for _, v in kv]
 
+    def stores(self, pairs: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """For bf16a's attention (`pairs`) over bf16 caches on the CPU: each segment's cache's whole store of
+        laid-out chunks (`KVCache.panels`), [layers, batch, ...]; else none."""
+        caches = [c for c, *_ in self.segments]
+        if not pairs or CHUNK % 16 or any(c.k.dtype != torch.bfloat16 or c.k.device.type != "cpu" or c.k.shape[-1] % 16
+                                          for c in caches):
+            return [], []
+        made = [c.panels(CHUNK) for c in caches]
+        return [p for p, _ in made], [f for _, f in made]
+
+    def panels(self, layer: int, pairs: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """`stores`, each segment's entry of `layer`."""
+        pan, built = self.stores(pairs)
+        entries = [(layer, b) for _, b, *_ in self.segments]
+        return [p[i][b] for p, (i, b) in zip(pan, entries)], [f[i][b] for f, (i, b) in zip(built, entries)]
+
     @classmethod
     def plan(cls, segments: list[tuple]) -> "Rows":
         """segments: [(cache, batch index, n new rows, mask [n, start + n] bool or None (causal))]."""
         seq, slot, ctx, extras, counts, segs = [], [], [], [], [], []
         for s, (cache, b, n, mask) in enumerate(segments):
             start = cache.length
+            cache.stale(start)                                  # slots a failed pass may have written
             segs.append((cache, b, start, n))
             seq.append(torch.full((n,), s, dtype=torch.long))
             slot.append(torch.arange(start, start + n))
@@ -281,10 +298,11 @@ def attend(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows: Rows, 
     over its own keys (`Rows`) -> [R, heads * d] fp32. pairs: bf16a's attention (bf16 pair products, a bf16 cache)."""
     k = kernels.load()
     ks, vs = rows.caches(layer)
+    pan, built = rows.panels(layer, pairs)
     scale = ks[0].shape[-1] ** -0.5
     call = (lambda i, j: k.attention_step(qkv[i:j], cos[i:j], sin[i:j], ks, vs, rows.seq[i:j], rows.slot[i:j],
                                           rows.ctx[i:j], rows.extra[i:j], rows.n_extra[i:j], heads, scale, CHUNK,
-                                          pairs))
+                                          pairs, pan, built))
     if _reference[0] and qkv.shape[0] > 1:   # rows in order: each needs only its own and earlier rows' keys
         return torch.cat([call(i, i + 1) for i in range(qkv.shape[0])])
     return call(0, qkv.shape[0])
