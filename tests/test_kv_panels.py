@@ -126,3 +126,12 @@ def test_a_bf16a_model_decodes_the_same_bits_with_the_store(bf16a_model, monkeyp
     no_store(monkeypatch)
     off, _ = decode(bf16a_model, torch.Generator().manual_seed(1))
     assert torch.equal(bits(on.float()), bits(off.float()))
+
+
+def test_the_server_budgets_the_store(bf16a_model):
+    """A bf16a model's caches hold their laid-out chunks beside the keys and values: the server's KV budget
+    counts both (`serve.limits.kv_bytes_per_token`)."""
+    from verispec.serve.limits import kv_bytes_per_token
+    c = bf16a_model.cfg
+    keys_and_values = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 2
+    assert kv_bytes_per_token(bf16a_model) == 2 * keys_and_values

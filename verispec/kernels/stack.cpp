@@ -81,11 +81,15 @@ struct Stack {
 }  // namespace
 
 void register_stack(pybind11::module& m) {
+  using pybind11::arg;
+  const auto none = std::vector<torch::Tensor>();          // no stores of laid-out chunks (bf16a's `Panels`)
   pybind11::class_<Stack>(m, "Stack", "a model's decoder layers, run in one call (`run`): `layer` or `qlayer` each")
       .def(pybind11::init<>())
       .def("add_float", &Stack::add_float)
       .def("add_quant", &Stack::add_quant)
-      .def("run", &Stack::run, pybind11::call_guard<pybind11::gil_scoped_release>())   // tensors only: other
-                                                                                        // threads (the server's) run
+      .def("run", &Stack::run, pybind11::call_guard<pybind11::gil_scoped_release>(),   // tensors only: other
+           arg("x"), arg("cos"), arg("sin"), arg("k_all"), arg("v_all"), arg("batch"), arg("seq"),  // threads (the
+           arg("slot"), arg("ctx"), arg("extra"), arg("n_extra"), arg("chunk"), arg("p_all") = none,  // server's) run
+           arg("b_all") = none)
       .def("__len__", [](const Stack& s) { return s.layers.size(); });
 }

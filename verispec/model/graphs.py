@@ -161,6 +161,7 @@ class GraphRunner:
         """`Llama.forward` for batch 1 as a fixed-shape pass -> hidden [1, n, D]; None where it does not fit (too
         many rows, no room in the cache): the caller runs it eagerly."""
         n, start = positions.shape[1], cache.length
+        cache.stale(start)                               # (a CPU cache's laid-out chunks: the pass writes from start)
         rows = bucket(n)
         if rows is None or start + rows > cache.capacity or cache.k.shape[1] != 1 or start + n > len(self.table):
             return None

@@ -298,11 +298,13 @@ def attend(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows: Rows, 
     over its own keys (`Rows`) -> [R, heads * d] fp32. pairs: bf16a's attention (bf16 pair products, a bf16 cache)."""
     k = kernels.load()
     ks, vs = rows.caches(layer)
-    pan, built = rows.panels(layer, pairs)
+    # bf16a's laid-out chunks (not for the row-by-row reference, which lays every chunk out afresh to compare with)
+    store = ([], []) if _reference[0] else rows.panels(layer, pairs)
+    store = store if store[0] else ()                     # (none: builds from before them run too)
     scale = ks[0].shape[-1] ** -0.5
     call = (lambda i, j: k.attention_step(qkv[i:j], cos[i:j], sin[i:j], ks, vs, rows.seq[i:j], rows.slot[i:j],
                                           rows.ctx[i:j], rows.extra[i:j], rows.n_extra[i:j], heads, scale, CHUNK,
-                                          pairs, pan, built))
+                                          pairs, *store))
     if _reference[0] and qkv.shape[0] > 1:   # rows in order: each needs only its own and earlier rows' keys
         return torch.cat([call(i, i + 1) for i in range(qkv.shape[0])])
     return call(0, qkv.shape[0])

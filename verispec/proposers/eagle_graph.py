@@ -142,7 +142,7 @@ class DraftGraph:
 
     def __init__(self, head, cache, draft, capture: bool):
         dev = head.out.device
-        self.head, self.layers, self.draft = head, cache.layers, draft
+        self.head, self.cache, self.layers, self.draft = head, cache, cache.layers, draft
         self.rope = None                                  # the (cos, sin) tables the graph reads (see above)
         self.root = torch.zeros(head.cfg.hidden_size, dtype=head.out.dtype, device=dev)    # [D]   inputs,
         self.start = torch.zeros((), dtype=torch.long, device=dev)                         # []    filled
@@ -178,6 +178,7 @@ class DraftGraph:
         self.root.copy_(root)
         self.start.fill_(start)
         self.newest.fill_(n)
+        self.cache.stale(start)                           # its passes write the head cache from `start` on
         if extra is not None:
             if self.extra is None:
                 self.extra = torch.empty_like(extra)

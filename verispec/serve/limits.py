@@ -103,6 +103,10 @@ class KVBudget:
 
 
 def kv_bytes_per_token(model) -> int:
-    """Keys and values of one token over all layers."""
+    """Keys and values of one token over all layers; twice that for a bf16a model on the CPU, whose caches also keep
+    their chunks laid out (`KVCache.panels`)."""
     c = model.cfg
-    return 2 * c.num_layers * c.num_kv_heads * c.head_dim * model.dtype.itemsize
+    kv = 2 * c.num_layers * c.num_kv_heads * c.head_dim * model.dtype.itemsize
+    pairs = model.device.type == "cpu" and c.head_dim % 16 == 0 and \
+        any(getattr(m, "act_bf16", False) for m in model.modules())
+    return 2 * kv if pairs else kv
