@@ -17,7 +17,7 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def no_store(monkeypatch):
-    monkeypatch.setattr(ops.Rows, "stores", lambda self, pairs: ([], []))
+    monkeypatch.setattr(ops.Rows, "stores", lambda self, pairs: ())
 
 
 def test_stored_chunks_give_the_bits_of_chunks_laid_out_afresh():

@@ -123,8 +123,9 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
       std::vector<const uint32_t*> krow(16);
       for (int64_t i = b; i < e; ++i) {
         const int64_t sq = todo[i / hkv].first, c = todo[i / hkv].second, g = i % hkv;
-        lay_out_chunk(ks[sq] + (g * cap[sq] + c * C) * D, vs[sq] + (g * cap[sq] + c * C) * D, C, D, fp_avx512(),
-                      krow.data(), store.pan[sq] + (g * store.chunks[sq] + c) * C * D);
+        uint32_t* kp = store.pan[sq] + (g * store.chunks[sq] + c) * C * D;
+        lay_out_chunk(ks[sq] + (g * cap[sq] + c * C) * D, vs[sq] + (g * cap[sq] + c * C) * D,
+                      [D](int64_t j) { return j * D; }, C, C / 2, D, fp_avx512(), krow.data(), kp, kp + C * D / 2);
       }
     });
     for (const auto& t : todo) store.built[t.first][t.second] = 1;
@@ -203,13 +204,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
           keys = store.pan[sq] + (g * store.chunks[sq] + c) * C * D;
           values = keys + C * D2;
         } else {
-          for (int64_t j = 0; j < n16; j += 16) {
-            for (int u = 0; u < 16; ++u) krow[u] = reinterpret_cast<const uint32_t*>(kbase + row(j + u));
-            key_panel(krow.data(), D2, wide, kpan.data() + j * D2);
-          }
-          for (int64_t t = 0; t < n2; ++t)
-            value_pair(reinterpret_cast<const uint16_t*>(vbase + row(2 * t)),
-                       reinterpret_cast<const uint16_t*>(vbase + row(2 * t + 1)), dim, t, n2, vpan.data());
+          lay_out_chunk(kbase, vbase, row, n16, n2, dim, wide, krow.data(), kpan.data(), vpan.data());
         }
         for (int64_t p = 0; p < P; ++p) std::fill(sp[p], sp[p] + n16, 0.0f);      // the scores' sums, from +0
         pair_rows(P, qb.data(), D2, keys, n16 / 16, dp, s.data(), C + 8);         // sp[p] = s + p (C + 8)

@@ -75,21 +75,23 @@ inline void value_pair(const uint16_t* even, const uint16_t* odd, int64_t D, int
   }
 }
 
-// A full chunk of C keys and values (C consecutive cache rows of D bf16 from k, v) -> its key panels ([C/16][D/2][16]
-// words) and then its value panels ([D/16][C/2][16]) at out: what an item lays out for itself, kept instead
-inline void lay_out_chunk(const void* k, const void* v, int64_t C, int64_t D, bool wide, const uint32_t** krow,
-                          uint32_t* out) {
-  const auto* kw = static_cast<const uint32_t*>(k);
-  const auto* vh = static_cast<const uint16_t*>(v);
-  for (int64_t j = 0; j < C; j += 16) {
-    for (int u = 0; u < 16; ++u) krow[u] = kw + (j + u) * D / 2;
-    key_panel(krow, D / 2, wide, out + j * D / 2);
+// A chunk's keys and values -> its key panels ([n16/16][D/2][16] words) at kp and value panels ([D/16][n2][16]) at
+// vp: key or value j is the cache row of D bf16 at k or v + row(j) (elements; j < n16 and j < 2 n2: padding
+// repeats the last real key, or masked ones, as `row` says)
+template <typename T, typename Row>
+inline void lay_out_chunk(const T* k, const T* v, Row row, int64_t n16, int64_t n2, int64_t D, bool wide,
+                          const uint32_t** krow, uint32_t* kp, uint32_t* vp) {
+  const auto half = [](const T* p) { return reinterpret_cast<const uint16_t*>(p); };
+  for (int64_t j = 0; j < n16; j += 16) {
+    for (int u = 0; u < 16; ++u) krow[u] = reinterpret_cast<const uint32_t*>(k + row(j + u));
+    key_panel(krow, D / 2, wide, kp + j * D / 2);
   }
-  for (int64_t t = 0; t < C / 2; ++t) value_pair(vh + 2 * t * D, vh + (2 * t + 1) * D, D, t, C / 2, out + C * D / 2);
+  for (int64_t t = 0; t < n2; ++t) value_pair(half(v + row(2 * t)), half(v + row(2 * t + 1)), D, t, n2, vp);
 }
 
-// Where a pass keeps the chunks it lays out (`lay_out_chunk`), per sequence of the pass: pan[s] [kv heads][chunks]
-// [C * D] words, built[s] [chunks] (1: laid out, for every kv head, from the cache as it is now); none: empty
+// Where a pass keeps the full chunks it lays out (`lay_out_chunk`), per sequence of the pass: pan[s] [kv heads]
+// [chunks][C * D] words, the key panels then the value panels, built[s] [chunks] (1: laid out, for every kv head,
+// from the cache as it is now); none: empty
 struct Panels {
   std::vector<uint32_t*> pan;
   std::vector<uint8_t*> built;

@@ -297,8 +297,7 @@ torch::Tensor layer(torch::Tensor x, std::vector<torch::Tensor> p, std::vector<i
   if (p[2].defined() && p[2].numel()) bias = p[2];
   auto qkv = linear(rms_norm(x, p[0], eps), p[1], n_out[0], bias);
   const bool pairs = p[1].scalar_type() == at::kInt;        // bf16a's pair panels: its attention too
-  auto y = attention_step(qkv, cos, sin, ks, vs, seq, slot, ctx, extra, n_extra, H, scale, chunk, pairs,
-                          pairs ? pan : std::vector<torch::Tensor>(), pairs ? built : std::vector<torch::Tensor>());
+  auto y = attention_step(qkv, cos, sin, ks, vs, seq, slot, ctx, extra, n_extra, H, scale, chunk, pairs, pan, built);
   x = x + linear(y, p[3], n_out[1], none);
   auto a = silu_mul(linear(rms_norm(x, p[4], eps), p[5], n_out[2], none));
   return x + linear(a, p[6], n_out[3], none);

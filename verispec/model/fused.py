@@ -145,9 +145,8 @@ def layer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor:
     flat, cos, sin = _flat(x, rope)
     ks, vs = rows.caches(index)
     heads, eps, scale = f.shape
-    store = _store(rows.panels(index, block.attn.wqkv.act_bf16))
     y = kernels.load().layer(flat, f.params, f.widths, cos, sin, ks, vs, rows.seq, rows.slot, rows.ctx, rows.extra,
-                             rows.n_extra, heads, eps, scale, CHUNK, *store)
+                             rows.n_extra, heads, eps, scale, CHUNK, *rows.panels(index, block.attn.wqkv.act_bf16))
     return y.view(x.shape)
 
 
@@ -196,12 +195,6 @@ def _nothing() -> None:
     return None
 
 
-def _store(store: tuple[list, list]) -> tuple:
-    """The kernel arguments for bf16a's laid-out chunks (`ops.Rows.stores`): none where there are none (so builds
-    from before them run every dtype but bf16a, scripts/kernels_ab.py)."""
-    return store if store[0] else ()
-
-
 def _hooked(blocks: nn.ModuleList) -> bool:
     """Whether a forward hook would see a layer (training taps features layer by layer): then layers run one by one."""
     return bool(torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks or
@@ -224,5 +217,5 @@ def stack(blocks: nn.ModuleList, layer_type: type, x: torch.Tensor, rope, rows: 
     segments = rows.segments
     y = s.kernel.run(flat, cos, sin, [c.k for c, *_ in segments], [c.v for c, *_ in segments],
                      [b for _, b, *_ in segments], rows.seq, rows.slot, rows.ctx, rows.extra, rows.n_extra, CHUNK,
-                     *_store(rows.stores(any(b.attn.wqkv.act_bf16 for b in blocks))))
+                     *rows.stores(any(b.attn.wqkv.act_bf16 for b in blocks)))
     return y.view(x.shape)

@@ -247,21 +247,24 @@ class Rows:
         kv = [c.sequence(layer, b) for c, b, _, _ in self.segments]
         return [k for k, _ in kv], [v for _, v in kv]
 
-    def stores(self, pairs: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """For bf16a's attention (`pairs`) over bf16 caches on the CPU: each segment's cache's whole store of
-        laid-out chunks (`KVCache.panels`), [layers, batch, ...]; else none."""
+    def stores(self, pairs: bool) -> tuple:
+        """The kernels' arguments for bf16a's laid-out chunks (`pairs`, bf16 caches on the CPU): each segment's
+        cache's whole store (`KVCache.panels`), [layers, batch, ...], and its flags; () where there are none (so
+        builds from before them run every dtype but bf16a, scripts/kernels_ab.py)."""
         caches = [c for c, *_ in self.segments]
         if not pairs or CHUNK % 16 or any(c.k.dtype != torch.bfloat16 or c.k.device.type != "cpu" or c.k.shape[-1] % 16
                                           for c in caches):
-            return [], []
+            return ()
         made = [c.panels(CHUNK) for c in caches]
         return [p for p, _ in made], [f for _, f in made]
 
-    def panels(self, layer: int, pairs: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def panels(self, layer: int, pairs: bool) -> tuple:
         """`stores`, each segment's entry of `layer`."""
-        pan, built = self.stores(pairs)
+        stores = self.stores(pairs)
+        if not stores:
+            return ()
         entries = [(layer, b) for _, b, *_ in self.segments]
-        return [p[i][b] for p, (i, b) in zip(pan, entries)], [f[i][b] for f, (i, b) in zip(built, entries)]
+        return tuple([t[i][b] for t, (i, b) in zip(whole, entries)] for whole in stores)
 
     @classmethod
     def plan(cls, segments: list[tuple]) -> "Rows":
@@ -299,8 +302,7 @@ def attend(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows: Rows, 
     k = kernels.load()
     ks, vs = rows.caches(layer)
     # bf16a's laid-out chunks (not for the row-by-row reference, which lays every chunk out afresh to compare with)
-    store = ([], []) if _reference[0] else rows.panels(layer, pairs)
-    store = store if store[0] else ()                     # (none: builds from before them run too)
+    store = () if _reference[0] else rows.panels(layer, pairs)
     scale = ks[0].shape[-1] ** -0.5
     call = (lambda i, j: k.attention_step(qkv[i:j], cos[i:j], sin[i:j], ks, vs, rows.seq[i:j], rows.slot[i:j],
                                           rows.ctx[i:j], rows.extra[i:j], rows.n_extra[i:j], heads, scale, CHUNK,
