@@ -2,7 +2,8 @@
 end, side by side in one process.
 
     python scripts/draft_weights_ab.py MODEL DTYPE METHOD [TREE] [--prompts FILE] [--limit N] [--repeats R]
-                                       [--max-new-tokens N] [--trees T1,T2,...]
+                                       [--max-new-tokens N] [--trees T1,T2,... | --cutoffs C1,C2,...]
+                                       [--per-prompt]
 
 Loads the target once and its proposer twice (native, then requantized to 4 bits), and for every prompt runs
 plain decoding and the method with each proposer in turn, greedy, 64 new tokens (`--max-new-tokens`), `--k auto`,
@@ -10,7 +11,9 @@ the order reversed every other round (the VM drifts by 15-30% between runs: only
 percent). Checks that all give the same tokens, then prints each variant's speedup over plain: summed times, end
 to end (prefill included) and decoding alone, and the median of per-prompt ratios. TREE: as `--tree` ("none" for
 a chain). --trees: instead, the method with each of these trees (`--draft-weights auto`), TREE unused. Default
-prompts: bench/dev_prompts.jsonl, 4 per category (the README's benchmark). 2 threads.
+prompts: bench/dev_prompts.jsonl, 4 per category (the README's benchmark). --cutoffs: instead, the method (with
+TREE) with each of these cutoffs for its grafted lookup paths (`ngram.CUTOFF`, 0: whole paths). --per-prompt:
+each prompt's decoding speedups too (the median of its rounds). 2 threads.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from verispec.api import Target, make_engine
 from verispec.engine import Engine, GenerationConfig
 from verispec.errors import VerispecError
 from verispec.prompts import load_prompts
+from verispec.proposers import ngram
 from verispec.sampling import SamplingConfig
 
 
@@ -44,14 +48,22 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--trees", help="compare these trees (comma-separated) instead of the weights")
+    ap.add_argument("--cutoffs", help="compare these lookup-path cutoffs (comma-separated, `ngram.CUTOFF`; 0: "
+                    "whole paths) instead of the weights")
+    ap.add_argument("--per-prompt", action="store_true", help="also print each prompt's decoding speedups")
     args = ap.parse_args()
     torch.set_num_threads(2)
     from verispec.bench import select
     prompts = select(load_prompts([args.prompts]), args.limit)
     try:
         target = Target.load(args.model, args.dtype, "cpu")
+        cutoffs = {}                                                # variant -> ngram.CUTOFF while it runs
         if args.trees:
             variants = {tree: make_engine(args.method, target, tree=tree) for tree in args.trees.split(",")}
+        elif args.cutoffs:
+            engine = make_engine(args.method, target, tree=None if args.tree == "none" else args.tree)
+            cutoffs = {f"cutoff {c}": float(c) for c in args.cutoffs.split(",")}
+            variants = {name: engine for name in cutoffs}
         else:                                                       # one target, its proposer loaded both ways
             tree = None if args.tree == "none" else args.tree
             variants = {w: make_engine(args.method, replace(target, draft_weights=w), tree=tree)
@@ -61,6 +73,7 @@ def main() -> int:
         return 2
     tok = target.tokenizer
     engines = {"plain": Engine(target.model), **variants}
+    default_cutoff = ngram.CUTOFF
     times = {name: [] for name in engines}                    # (total s, decoding s) per prompt and round
     for r in range(args.repeats):
         for p in prompts:
@@ -68,12 +81,19 @@ def main() -> int:
             for name in (list(engines) if r % 2 == 0 else list(engines)[::-1]):
                 cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k="auto", seed=0,
                                        sampling=SamplingConfig(0.0, 0, 1.0), stop_token_ids=tok.stop_token_ids)
+                ngram.CUTOFF = cutoffs.get(name, default_cutoff)
                 g = engines[name].generate(ids, cfg)
                 out[name] = g.token_ids
                 times[name].append((g.stats.time_total_s, g.stats.time_total_s - g.stats.time_prefill_s))
             if len({tuple(tokens) for tokens in out.values()}) != 1:
                 print(f"{p.id}: the outputs differ", file=sys.stderr)
                 return 1
+    if args.per_prompt:                                       # decoding alone, each round's ratio per prompt
+        n = len(prompts)
+        for i, p in enumerate(prompts):
+            ratios = {w: [times["plain"][r * n + i][1] / times[w][r * n + i][1] for r in range(args.repeats)]
+                      for w in variants}
+            print(f"  {p.id}: " + ", ".join(f"{w} {statistics.median(v):.2f}x" for w, v in ratios.items()))
     plain_total, plain_decode = (sum(t[i] for t in times["plain"]) for i in (0, 1))
     print(f"{args.model} {args.dtype} {args.method} {args.trees or args.tree}: {len(prompts)} prompts x "
           f"{args.repeats} rounds, greedy output identical to plain for every variant")

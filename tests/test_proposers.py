@@ -6,7 +6,7 @@ from verispec.model import loader
 from verispec.proposers.base import Proposal, Proposer
 from verispec.proposers.draft_model import DraftModelProposer
 from verispec.proposers import ngram
-from verispec.proposers.ngram import NgramProposer, graft, longest_match, lookup, lookup_first
+from verispec.proposers.ngram import LookupRates, NgramProposer, graft, longest_match, lookup, lookup_first
 from verispec.tree import build_tree
 from verispec.sampling import SamplingConfig
 
@@ -84,6 +84,47 @@ def test_lookup_first_verifies_a_long_repeat_alone_else_grafts_it_onto_the_tree(
     calls.clear()
     twice = lookup_first(line + [2] + line + [3] + line, 4, 6, draft)       # followed by 2, then by 3: grafted
     assert calls and twice.tree is not None
+
+
+def test_lookup_paths_shrink_where_they_fail_and_grow_back_where_they_hold():
+    rates = LookupRates(6)
+    assert rates.length() == 5                                           # an optimistic start: 0.8 ** 5 >= CUTOFF
+    tree = Proposal([50], None, build_tree([(0,)]))
+    text = [7, 8, 1, 2, 3, 4, 5, 6, 9, 7, 8]                          # "7 8" seen before: the path is 1 2 3 ...
+
+    def path_of(proposal):                                             # the grafted path's tokens
+        return max((tuple(proposal.tokens[i - 1] for i in p) for p in proposal.tree.paths), key=len)
+    assert path_of(lookup_first(text, 8, 6, lambda: tree, rates)) == (1, 2, 3, 4, 5)
+    for _ in range(8):                                                 # each time something else came next
+        text += [40 + len(text), 7, 8]
+        lookup_first(text, 8, 6, lambda: tree, rates)
+    assert rates.length() == 0 and lookup_first(text, 8, 6, lambda: tree, rates) is tree    # no path at all
+    assert rates.last is None
+    short = LookupRates(6)
+    for _ in range(4):                                                 # the first token holds, the second fails
+        short.last = (0, [1, 2, 3])
+        short.learn([1, 9])
+    assert 1 <= short.length() < 6 and short.hits[2] == pytest.approx(short.PRIOR * short.WEIGHT)   # 3rd unscored
+    for _ in range(30):                                                # then whole paths hold
+        short.last = (0, [1, 2, 3, 4, 5, 6])
+        short.learn([1, 2, 3, 4, 5, 6, 0])
+    assert short.length() == 6
+
+
+def test_a_request_learns_its_own_lookup_rates(tiny_dir):
+    """Every tree proposer with a lookup path starts each request (prepare) and each sequence of a batch (fork)
+    from the prior."""
+    from verispec.api import Target, make_engine
+    from verispec.proposers.draft_tree import DraftTreeProposer
+    target = Target.load(None, "fp32", "cpu")
+    tiny, _, _ = loader.load(tiny_dir, "fp32")
+    proposers = [make_engine(m, target, tree="auto+ngram").proposer for m in ("eagle", "medusa")]
+    for proposer in proposers + [DraftTreeProposer(tiny, graft=6)]:
+        proposer.lookup.hits[0] = 0.0
+        prior = LookupRates(6).length()
+        assert proposer.fork().lookup.length() == prior and proposer.lookup.length() == 0, proposer.name
+        proposer.prepare(64)
+        assert proposer.lookup.length() == prior, proposer.name
 
 
 def test_proposers_implement_the_protocol(target_fp32):

@@ -16,7 +16,7 @@ from ..sampling import SamplingConfig
 from ..tree import TokenTree, topk_per_depth
 from .base import Proposal
 from .draft_model import DraftModelProposer
-from .ngram import lookup_first
+from .ngram import LookupRates, lookup_first
 
 DEFAULT_WIDTHS = (2, 2, 1, 1, 1)
 
@@ -31,6 +31,16 @@ class DraftTreeProposer(DraftModelProposer):
         self.tree = tree or topk_per_depth(list(DEFAULT_WIDTHS))
         self.width = max(self.tree.widths)                                 # children per node, at most
         self.graft, self.max_nodes = graft, self.tree.size + graft        # graft: the longest n-gram path
+        self.lookup = LookupRates(graft)                                   # how far this request's paths hold
+
+    def prepare(self, capacity: int) -> None:
+        super().prepare(capacity)
+        self.lookup = LookupRates(self.graft)
+
+    def fork(self) -> "DraftTreeProposer":
+        twin = super().fork()
+        twin.lookup = LookupRates(self.graft)
+        return twin
 
     def _ranked(self, feed: torch.Tensor, positions: list[int], mask: torch.Tensor | None) -> torch.Tensor:
         """Append `feed` [1, m] to the draft's cache (RoPE at `positions`); return each token's next-token
@@ -44,7 +54,7 @@ class DraftTreeProposer(DraftModelProposer):
     @torch.inference_mode()
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
-        return lookup_first(context, k, self.graft, lambda: self._tree(context, k))
+        return lookup_first(context, k, self.graft, lambda: self._tree(context, k), self.lookup)
 
     def _tree(self, context: list[int], k: int) -> Proposal:
         tree, device = self.tree.cut(k), self.model.device

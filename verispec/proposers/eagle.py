@@ -16,10 +16,11 @@ Three shapes:
   `nodes`. Children are still deterministic picks: the tree is a function of the context alone (never of the
   target's random draws), which is the one assumption recursive rejection sampling needs to stay exact, and
   `verispec audit --method eagle --tree dynamic` tests it.
-  With `graft` > 0, the prompt-lookup continuation (up to `graft` tokens, verispec.proposers.ngram) joins a
-  static or dynamic tree as one more path; and where the context's last SURE or more tokens occurred before, always
-  followed by the same token, that match's continuation is verified alone, up to k tokens, and no tree is drafted
-  (`lookup_first`). Still deterministic picks, still a function of the context alone.
+  With `graft` > 0, the prompt-lookup continuation (up to `graft` tokens, verispec.proposers.ngram, as far as
+  this request's earlier paths held: `LookupRates`) joins a static or dynamic tree as one more path; and where
+  the context's last SURE or more tokens occurred before, always followed by the same token, that match's
+  continuation is verified alone, up to k tokens, and no tree is drafted (`lookup_first`). Still deterministic
+  picks, still a function of the context alone.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ from ..sampling import SamplingConfig
 from ..tree import TokenTree, build_tree, tree_from_acceptance
 from .base import Proposal, Proposer, top_choices, widen
 from .eagle_graph import DraftGraph, chain_draft, dynamic_draft, eager_pass, plan_static, static_draft
-from .ngram import lookup_first
+from .ngram import LookupRates, lookup_first
 
 
 _HOST_RANKED = [False]          # tests: trees drafted the older way, ranked on the host (`_tree`)
@@ -64,13 +65,14 @@ class EagleProposer(Proposer):
         if mode == "dynamic" and acceptance:
             self.expected_accepted = tree_from_acceptance(acceptance, nodes)[1]
         self.cache, self.feats, self.known, self.fed, self.root = None, None, 0, 0, None
+        self.lookup = LookupRates(graft)                     # how far this request's lookup paths hold
         self.plans: dict[tuple, list] = {}                   # a static tree's drafting plan, per tree
         self.graphs: dict[tuple, DraftGraph] = {}            # a tree's whole draft, per shape (graphed device)
 
     def fork(self) -> "EagleProposer":
         twin = copy.copy(self)
         twin.cache, twin.feats, twin.known, twin.fed, twin.root = None, None, 0, 0, None
-        twin.graphs = {}
+        twin.graphs, twin.lookup = {}, LookupRates(self.graft)
         return twin
 
     def prepare(self, capacity: int) -> None:
@@ -83,6 +85,7 @@ class EagleProposer(Proposer):
                                      device=self.head.out.device)                     # rounds capacities up)
         self.cache.truncate(0)
         self.known = self.fed = 0
+        self.lookup = LookupRates(self.graft)
 
     def observe(self, hidden: torch.Tensor) -> None:
         """hidden: [m, D] the target's features at the positions it kept (appended in order)."""
@@ -97,7 +100,7 @@ class EagleProposer(Proposer):
         if self.mode == "chain":
             return self._drafted(context, lambda root: self._chain(root, len(context), k, sampling, generator))
         return lookup_first(context, k, self.graft,
-                            lambda: self._drafted(context, lambda root: self._tree(root, len(context), k)))
+                            lambda: self._drafted(context, lambda root: self._tree(root, len(context), k)), self.lookup)
 
     def _drafted(self, context: list[int], draft) -> Proposal:
         """draft(root) from the head's prediction of the newest token's feature root [1, 1, D]; the head's draft

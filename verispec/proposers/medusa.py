@@ -12,6 +12,8 @@ size whose expected tokens per unit of verification cost (the profile's cost cur
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from ..model.host import upload
@@ -19,7 +21,7 @@ from ..model.medusa import MedusaHeads
 from ..sampling import SamplingConfig
 from ..tree import TokenTree, expected_accepted, tree_from_acceptance
 from .base import Proposal, Proposer, top_indices
-from .ngram import lookup_first
+from .ngram import LookupRates, lookup_first
 
 TREE_SIZES = (4, 8, 16, 32, 64)
 
@@ -48,9 +50,15 @@ class MedusaProposer(Proposer):
         self.widths = tree.widths
         self.graft, self.max_nodes = graft, tree.size + graft     # graft: the longest n-gram path merged in
         self.hidden: torch.Tensor | None = None          # [D] the state the newest token was drawn from
+        self.lookup = LookupRates(graft)                 # how far this request's lookup paths hold
 
     def prepare(self, capacity: int) -> None:
-        self.hidden = None
+        self.hidden, self.lookup = None, LookupRates(self.graft)
+
+    def fork(self) -> "MedusaProposer":
+        twin = copy.copy(self)
+        twin.hidden, twin.lookup = None, LookupRates(self.graft)
+        return twin
 
     def observe(self, hidden: torch.Tensor) -> None:
         """hidden: [m, D] the target's final hidden states at the positions kept this cycle."""
@@ -61,7 +69,7 @@ class MedusaProposer(Proposer):
                 generator: torch.Generator) -> Proposal:
         if self.hidden is None or k < 1:
             return Proposal([])
-        return lookup_first(context, k, self.graft, lambda: self._tree(k))
+        return lookup_first(context, k, self.graft, lambda: self._tree(k), self.lookup)
 
     def _tree(self, k: int) -> Proposal:
         """Node (r1, ..., rd) holds head d's r_d-th choice: gathered on the device, read back by the engine."""
