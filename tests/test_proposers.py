@@ -74,15 +74,15 @@ def test_lookup_first_verifies_a_long_repeat_alone_else_grafts_it_onto_the_tree(
         calls.append(1)
         return tree
     line = list(range(10, 10 + ngram.SURE))
-    alone = lookup_first([1] + line + [2, 3] + line, 4, 6, draft)            # the last SURE tokens repeat
+    alone = lookup_first([1] + line + [2, 3] + line, 4, draft, LookupRates(6))      # the last SURE tokens repeat
     assert alone == Proposal([2, 3, *line[:2]]) and not calls                # the tree is not even drafted
     short = line[-2:]
-    merged = lookup_first([1] + short + [2, 3, 4] + short, 4, 6, draft)      # 2 tokens repeat: grafted
+    merged = lookup_first([1] + short + [2, 3, 4] + short, 4, draft, LookupRates(6))    # 2 tokens repeat: grafted
     paths = {tuple(merged.tokens[i - 1] for i in path) for path in merged.tree.paths}
     assert calls and paths == {(50,), (51,), (2, 3, 4, short[0])} and merged.q is None
-    assert lookup_first([1] + line + [2] + line, 4, 0, draft) is tree        # no "+ngram": the tree alone
+    assert lookup_first([1] + line + [2] + line, 4, draft, LookupRates(0)) is tree  # no "+ngram": the tree alone
     calls.clear()
-    twice = lookup_first(line + [2] + line + [3] + line, 4, 6, draft)       # followed by 2, then by 3: grafted
+    twice = lookup_first(line + [2] + line + [3] + line, 4, draft, LookupRates(6))  # followed by 2, then by 3: grafted
     assert calls and twice.tree is not None
 
 
@@ -94,11 +94,11 @@ def test_lookup_paths_shrink_where_they_fail_and_grow_back_where_they_hold():
 
     def path_of(proposal):                                             # the grafted path's tokens
         return max((tuple(proposal.tokens[i - 1] for i in p) for p in proposal.tree.paths), key=len)
-    assert path_of(lookup_first(text, 8, 6, lambda: tree, rates)) == (1, 2, 3, 4, 5)
+    assert path_of(lookup_first(text, 8, lambda: tree, rates)) == (1, 2, 3, 4, 5)
     for _ in range(8):                                                 # each time something else came next
         text += [40 + len(text), 7, 8]
-        lookup_first(text, 8, 6, lambda: tree, rates)
-    assert rates.length() == 0 and lookup_first(text, 8, 6, lambda: tree, rates) is tree    # no path at all
+        lookup_first(text, 8, lambda: tree, rates)
+    assert rates.length() == 0 and lookup_first(text, 8, lambda: tree, rates) is tree    # no path at all
     assert rates.last is None
     short = LookupRates(6)
     for _ in range(4):                                                 # the first token holds, the second fails

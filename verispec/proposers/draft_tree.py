@@ -54,7 +54,7 @@ class DraftTreeProposer(DraftModelProposer):
     @torch.inference_mode()
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> Proposal:
-        return lookup_first(context, k, self.graft, lambda: self._tree(context, k), self.lookup)
+        return lookup_first(context, k, lambda: self._tree(context, k), self.lookup)
 
     def _tree(self, context: list[int], k: int) -> Proposal:
         tree, device = self.tree.cut(k), self.model.device

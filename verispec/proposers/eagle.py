@@ -99,8 +99,8 @@ class EagleProposer(Proposer):
             return Proposal([])
         if self.mode == "chain":
             return self._drafted(context, lambda root: self._chain(root, len(context), k, sampling, generator))
-        return lookup_first(context, k, self.graft,
-                            lambda: self._drafted(context, lambda root: self._tree(root, len(context), k)), self.lookup)
+        return lookup_first(context, k, lambda: self._drafted(context, lambda root: self._tree(root, len(context), k)),
+                            self.lookup)
 
     def _drafted(self, context: list[int], draft) -> Proposal:
         """draft(root) from the head's prediction of the newest token's feature root [1, 1, D]; the head's draft

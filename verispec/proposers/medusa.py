@@ -69,7 +69,7 @@ class MedusaProposer(Proposer):
                 generator: torch.Generator) -> Proposal:
         if self.hidden is None or k < 1:
             return Proposal([])
-        return lookup_first(context, k, self.graft, lambda: self._tree(k), self.lookup)
+        return lookup_first(context, k, lambda: self._tree(k), self.lookup)
 
     def _tree(self, k: int) -> Proposal:
         """Node (r1, ..., rd) holds head d's r_d-th choice: gathered on the device, read back by the engine."""

@@ -113,6 +113,7 @@ class LookupRates:
     PRIOR, WEIGHT, FORGET = 0.8, 2.0, 0.9
 
     def __init__(self, longest: int):
+        self.longest = longest                              # the proposer's cap on a path (0: no lookup path)
         self.hits = [self.PRIOR * self.WEIGHT] * longest
         self.seen = [self.WEIGHT] * longest
         self.last: tuple[int, list[int]] | None = None      # (context length, path): the latest path grafted
@@ -141,24 +142,22 @@ class LookupRates:
                 break
 
 
-def lookup_first(context: list[int], k: int, longest: int, draft, rates: LookupRates | None = None) -> Proposal:
-    """A tree proposer's proposal with the prompt-lookup path (`--tree SHAPE+ngram`, longest > 0): where the
+def lookup_first(context: list[int], k: int, draft, rates: LookupRates) -> Proposal:
+    """A tree proposer's proposal with the prompt-lookup path (`--tree SHAPE+ngram`, rates.longest > 0): where the
     context's last SURE or more tokens occurred before, each time followed by the same token, the continuation of
     its latest match alone, as a chain of up to k deterministic picks (`draft`, the proposer's own tree, is not
     drafted: the copy is likelier and its verification cheaper); else `draft()` with the lookup path grafted on, as
-    far as `rates` (this request's, if given) say it holds. Either way a function of the context alone, so
-    verification stays exact."""
-    if rates is not None:
-        rates.learn(context)
-    if longest:
+    far as this request's `rates` say it holds. Either way a function of the context alone, so verification stays
+    exact."""
+    rates.learn(context)
+    if rates.longest:
         n, chain, agreed = longest_match(context, k)
         if n >= SURE and agreed:
             return Proposal(chain)
-    size = min(k, longest) if rates is None else min(k, longest, rates.length())
+    size = min(k, rates.longest, rates.length())
     chain = lookup(context, size, min_ngram=2) if size else []     # a suffix of at least 2 tokens
     proposal = draft()
     if not chain:
         return proposal
-    if rates is not None:
-        rates.last = (len(context), chain)
+    rates.last = (len(context), chain)
     return graft(proposal, chain)
