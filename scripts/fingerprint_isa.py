@@ -14,7 +14,7 @@ import torch
 from verispec import kernels
 
 MODEL = sys.argv[1] if len(sys.argv) > 1 else "smollm2-135m"
-DTYPES = ["bf16", "fp32", "gguf", "gguf-q8"] if MODEL == "smollm2-135m" else ["gguf", "gguf-q8"]
+DTYPES = ["bf16", "bf16a", "fp32", "gguf", "gguf-q8"] if MODEL == "smollm2-135m" else ["gguf", "gguf-q8"]
 CODE = ("import sys, torch; from verispec.api import Target; from verispec.fingerprint import fingerprint\n"
         "for d in sys.argv[2:]:\n"
         "    print(d, torch.backends.cpu.get_cpu_capability(), fingerprint(Target.load(sys.argv[1], d, 'cpu').model))")

@@ -193,3 +193,5 @@ def test_a_bad_instruction_set_choice_is_a_one_line_error(monkeypatch):
     for isa in ("avx2", "avx512"):
         monkeypatch.setenv("VERISPEC_ISA", isa)
         assert kernels.isa_asked() == isa
+    monkeypatch.setenv("VERISPEC_ISA", "")                          # set but empty, as `VERISPEC_ISA= cmd` leaves it
+    assert kernels.isa_asked() == "best"

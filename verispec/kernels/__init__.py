@@ -47,7 +47,7 @@ def cpu_flags() -> set[str]:
 
 def isa_asked() -> str:
     """VERISPEC_ISA: 'best' (the default), 'avx512' or 'avx2'; anything else is a one-line error."""
-    isa = os.environ.get("VERISPEC_ISA", "best")
+    isa = os.environ.get("VERISPEC_ISA") or "best"                # unset or empty: the best
     if isa not in ("best", "avx512", "avx2"):
         from ..errors import VerispecError
         raise VerispecError(f"VERISPEC_ISA must be 'best', 'avx512' or 'avx2', got {isa!r}")
