@@ -1,7 +1,8 @@
-"""bf16a's store of laid-out chunks (`KVCache.panels`, kernels/attention_pairs.h `Panels`): a full chunk of context
-slots is laid out as key and value panels once and read from the store by every later item and pass. Reading the
-store must give the very bits that laying the chunk out afresh gives, and a chunk whose slots change (truncate,
-compact, a failed pass) must never be read from the store again."""
+"""The store of laid-out chunks (`KVCache.panels`, kernels/attention_pairs.h `Panels`) that bf16a's attention keeps,
+and bf16 attention on AMX-BF16 tiles: a full chunk of context slots is laid out (key and value panels, or the tiles'
+packed keys and values) once and read from the store by every later item and pass. Reading the store must give the
+very bits that laying the chunk out afresh gives, and a chunk whose slots change (truncate, compact, a failed pass)
+must never be read from the store again."""
 import pytest
 import torch
 
@@ -20,13 +21,22 @@ def no_store(monkeypatch):
     monkeypatch.setattr(ops.Rows, "stores", lambda self, pairs: ())
 
 
-def test_stored_chunks_give_the_bits_of_chunks_laid_out_afresh():
+def needs_tiles(kind: str) -> None:
+    """The tiles' store exists only where bf16 attention runs on AMX-BF16 tiles: elsewhere say so and skip."""
+    if kind == "tiles" and not kernels.bf16_on_amx():
+        pytest.skip("bf16 attention runs on AMX-BF16 tiles only on a CPU with AMX-BF16 (the float product here: "
+                    f"{kernels.load().fp_isa()}); its store is checked there")
+
+
+@pytest.mark.parametrize("kind", ["pairs", "tiles"])
+def test_stored_chunks_give_the_bits_of_chunks_laid_out_afresh(kind):
     """Three sequences in one call: a 70-row chain after 300 slots, tree rows with ancestors after 260 slots, a
     decoding row after 520. The first call lays out the full chunks of context slots into the store, a second one
     reads them: both equal attention without a store, bit for bit. A store the caller did not clear after changing
     a chunk's slots is read as it is (so the store is really read), and clearing it lays the chunk out again."""
     lib = kernels.load()
     assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
+    needs_tiles(kind)
     g = torch.Generator().manual_seed(5)
     heads, kv_heads, d, cap, C = 6, 2, 64, 600, ops.CHUNK
     caches = [KVCache(1, 1, kv_heads, cap, d, torch.bfloat16) for _ in range(3)]
@@ -46,8 +56,8 @@ def test_stored_chunks_give_the_bits_of_chunks_laid_out_afresh():
     seq, ctx = torch.tensor(seq), torch.tensor(ctx)
     q = torch.randn(len(seq), heads, d, generator=g)
     ks, vs = [c.k[0, 0] for c in caches], [c.v[0, 0] for c in caches]
-    args = (q, ks, vs, seq, ctx, extra, n_extra, d ** -0.5, C, True)
-    stores = [c.panels(C) for c in caches]
+    args = (q, ks, vs, seq, ctx, extra, n_extra, d ** -0.5, C, kind == "pairs")
+    stores = [c.panels(C, kind) for c in caches]
     pan, built = [p[0, 0] for p, _ in stores], [b[0, 0] for _, b in stores]
 
     want = lib.attention(*args)
@@ -80,8 +90,7 @@ def test_the_cache_clears_the_chunks_whose_slots_change():
     assert built[1, 0].tolist() == [1, 1, 0, 0, 0]   # have left stale ones there)
 
 
-@pytest.fixture(scope="module")
-def bf16a_model():
+def tiny_bf16(activations: bool) -> Llama:
     torch.manual_seed(0)
     cfg = LlamaConfig(hidden_size=128, intermediate_size=256, num_layers=2, num_heads=4, num_kv_heads=2,
                       max_position=1024, vocab_size=500)
@@ -89,8 +98,14 @@ def bf16a_model():
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.05)
     model = model.to(torch.bfloat16).eval()
-    ops.bf16_activations(model)
+    if activations:
+        ops.bf16_activations(model)
     return model
+
+
+@pytest.fixture(scope="module")
+def bf16a_model():
+    return tiny_bf16(True)
 
 
 def decode(model, g: torch.Generator) -> torch.Tensor:
@@ -116,22 +131,29 @@ def decode(model, g: torch.Generator) -> torch.Tensor:
     return torch.cat(outs), cache
 
 
-def test_a_bf16a_model_decodes_the_same_bits_with_the_store(bf16a_model, monkeypatch):
-    """The store on (the kernels' default for bf16a) and off: the same hidden states for every pass, chains and
-    trees, over a context that crosses chunk boundaries as it grows and is cut back; and with the store on, the
-    cache's full chunks end up laid out in every layer."""
-    on, cache = decode(bf16a_model, torch.Generator().manual_seed(1))
-    _, built = cache.panels(ops.CHUNK)
+@pytest.mark.parametrize("kind", ["pairs", "tiles"])
+def test_a_model_decodes_the_same_bits_with_the_store(bf16a_model, kind, monkeypatch):
+    """The store on (the kernels' default for bf16a, and for bf16 on AMX tiles) and off: the same hidden states for
+    every pass, chains and trees, over a context that crosses chunk boundaries as it grows and is cut back; and
+    with the store on, the cache's full chunks end up laid out in every layer."""
+    needs_tiles(kind)
+    model = bf16a_model if kind == "pairs" else tiny_bf16(False)
+    on, cache = decode(model, torch.Generator().manual_seed(1))
+    _, built = cache.panels(ops.CHUNK, kind)
     assert cache.length > 3 * ops.CHUNK and built[:, 0, :cache.length // ops.CHUNK].all()
     no_store(monkeypatch)
-    off, _ = decode(bf16a_model, torch.Generator().manual_seed(1))
+    off, _ = decode(model, torch.Generator().manual_seed(1))
     assert torch.equal(bits(on.float()), bits(off.float()))
 
 
-def test_the_server_budgets_the_store(bf16a_model):
-    """A bf16a model's caches hold their laid-out chunks beside the keys and values: the server's KV budget
-    counts both (`serve.limits.kv_bytes_per_token`)."""
+def test_the_server_budgets_the_store(bf16a_model, monkeypatch):
+    """A bf16a model's caches hold their laid-out chunks beside the keys and values, and a bf16 model's where its
+    attention runs on AMX tiles: the server's KV budget counts both (`serve.limits.kv_bytes_per_token`)."""
     from verispec.serve.limits import kv_bytes_per_token
     c = bf16a_model.cfg
     keys_and_values = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 2
     assert kv_bytes_per_token(bf16a_model) == 2 * keys_and_values
+    bf16 = tiny_bf16(False)
+    for amx in (True, False):                                  # as on a CPU with AMX-BF16, and without
+        monkeypatch.setattr(kernels, "bf16_on_amx", lambda amx=amx: amx)
+        assert kv_bytes_per_token(bf16) == (2 if amx else 1) * keys_and_values

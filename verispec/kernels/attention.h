@@ -105,15 +105,17 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
     }
     a = b;
   }
-  // pairs with a store (`Panels`): a full chunk of context slots is laid out once, into its sequence's store, and
-  // read from there by every item of this and every later pass until the cache clears it (`KVCache.stale`: its
-  // slots may change). The same words as an item's own lay-out, so the same bits.
+  // pairs or tiles with a store (`Panels`): a full chunk of context slots is laid out once (pair panels, or the
+  // tiles' packed keys then values), into its sequence's store, and read from there by every item of this and every
+  // later pass until the cache clears it (`KVCache.stale`: its slots may change). The same words as an item's own
+  // lay-out, so the same bits.
+  const bool keeps = (pairs || tiles) && !store.pan.empty();
   const auto stored = [&](const Item& m) {
     const int64_t sq = seq[m.r0];
-    return pairs && !store.pan.empty() && m.shared && m.c < store.chunks[sq] &&
+    return keeps && m.shared && m.c < store.chunks[sq] &&
            std::min(ctx[m.wide] + n_extra[m.wide], (m.c + 1) * C) - m.c * C == C;
   };
-  if (pairs && !store.pan.empty()) {
+  if (keeps) {
     std::vector<std::pair<int64_t, int64_t>> todo;                  // (sequence, chunk) not laid out yet
     for (const Item& m : items)
       if (stored(m) && !store.built[seq[m.r0]][m.c]) todo.emplace_back(seq[m.r0], m.c);
@@ -121,11 +123,20 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
     todo.erase(std::unique(todo.begin(), todo.end()), todo.end());
     at::parallel_for(0, static_cast<int64_t>(todo.size()) * hkv, 1, [&](int64_t b, int64_t e) {
       std::vector<const uint32_t*> krow(16);
+      std::vector<const uint16_t*> kr(tiles ? C : 0), vr(kr.size());
       for (int64_t i = b; i < e; ++i) {
         const int64_t sq = todo[i / hkv].first, c = todo[i / hkv].second, g = i % hkv;
         uint32_t* kp = store.pan[sq] + (g * store.chunks[sq] + c) * C * D;
-        lay_out_chunk(ks[sq] + (g * cap[sq] + c * C) * D, vs[sq] + (g * cap[sq] + c * C) * D,
-                      [D](int64_t j) { return j * D; }, C, C / 2, D, fp_avx512(), krow.data(), kp, kp + C * D / 2);
+        const T *k0 = ks[sq] + (g * cap[sq] + c * C) * D, *v0 = vs[sq] + (g * cap[sq] + c * C) * D;
+        if (tiles) {                                                // the item's own pack_keys, pack_values
+          for (int64_t j = 0; j < C; ++j)
+            kr[j] = reinterpret_cast<const uint16_t*>(k0 + j * D), vr[j] = reinterpret_cast<const uint16_t*>(v0 + j * D);
+          pack_keys(kr.data(), C, D, reinterpret_cast<uint16_t*>(kp));
+          pack_values(vr.data(), C, D, reinterpret_cast<uint16_t*>(kp + C * D / 2));
+        } else {
+          lay_out_chunk(k0, v0, [D](int64_t j) { return j * D; }, C, C / 2, D, fp_avx512(), krow.data(), kp,
+                        kp + C * D / 2);
+        }
       }
     });
     for (const auto& t : todo) store.built[t.first][t.second] = 1;
@@ -177,20 +188,26 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
       }
       const int64_t dim = D, ctx_r = ctx[wide_r], n32 = (n + 31) / 32 * 32;   // locals: stores may alias memory
       if (tiles) {
-        for (int64_t j = 0; j < n32; ++j) {                         // padding repeats the last real key
-          const int64_t lj = j0 + std::min(j, n - 1), slot = lj < ctx_r ? lj : xs[lj];
-          kr[j] = reinterpret_cast<const uint16_t*>(kbase + slot * dim);
-          vr[j] = reinterpret_cast<const uint16_t*>(vbase + slot * dim);
+        const uint16_t *keys = kt.data(), *values = vt.data();     // the chunk's tiles: stored, or packed here
+        if (stored(item)) {
+          keys = reinterpret_cast<const uint16_t*>(store.pan[sq] + (g * store.chunks[sq] + c) * C * D);
+          values = keys + C * D;
+        } else {
+          for (int64_t j = 0; j < n32; ++j) {                       // padding repeats the last real key
+            const int64_t lj = j0 + std::min(j, n - 1), slot = lj < ctx_r ? lj : xs[lj];
+            kr[j] = reinterpret_cast<const uint16_t*>(kbase + slot * dim);
+            vr[j] = reinterpret_cast<const uint16_t*>(vbase + slot * dim);
+          }
+          pack_keys(kr.data(), n32, dim, kt.data());
+          pack_values(vr.data(), n32, dim, vt.data());
         }
-        pack_keys(kr.data(), n32, dim, kt.data());
-        pack_values(vr.data(), n32, dim, vt.data());
         const int64_t q0 = (g * R + r) * group * dim, Rt = tile_rows(P);
         if (Rt != configured) configure_tiles(Rt), configured = Rt;
-        tile_scores(qh.data() + q0, ql.data() + q0, P, Rt, kt.data(), n32, dim, s.data(), C + 8);
+        tile_scores(qh.data() + q0, ql.data() + q0, P, Rt, keys, n32, dim, s.data(), C + 8);
         // whole tiles of Rt rows: at most ceil(P / 16) * 16 <= most16 rows of s, wh, wl (Rt = tile_rows(P))
         tile_softmax(s.data(), C + 8, P, (P + Rt - 1) / Rt * Rt, nk.data(), n32, scale, mx.data(), l.data(), wh.data(),
                      wl.data());
-        tile_weigh(P, Rt, n32, vt.data(), dim, wh.data(), wl.data(), op.data());
+        tile_weigh(P, Rt, n32, values, dim, wh.data(), wl.data(), op.data());
       } else if (pairs) {
         const int64_t n16 = (n + 15) / 16 * 16, n2 = (n + 1) / 2;
         const auto row = [&](int64_t j) {                           // key j of the chunk (padding: the last real)

@@ -166,6 +166,7 @@ class _Stack:
 
     def __init__(self, blocks: nn.ModuleList):
         self.kernel, self.size = kernels.load().Stack(), len(blocks)
+        self.floats = any(kind(b) == "float" for b in blocks)          # layers that read stores of laid-out chunks
         watch = [(blocks._modules, name, b) for name, b in blocks._modules.items()]
         for block in blocks:
             a = block.attn
@@ -217,5 +218,5 @@ def stack(blocks: nn.ModuleList, layer_type: type, x: torch.Tensor, rope, rows: 
     segments = rows.segments
     y = s.kernel.run(flat, cos, sin, [c.k for c, *_ in segments], [c.v for c, *_ in segments],
                      [b for _, b, *_ in segments], rows.seq, rows.slot, rows.ctx, rows.extra, rows.n_extra, CHUNK,
-                     *rows.stores(any(b.attn.wqkv.act_bf16 for b in blocks)))
+                     *(rows.stores(any(b.attn.wqkv.act_bf16 for b in blocks)) if s.floats else ()))
     return y.view(x.shape)

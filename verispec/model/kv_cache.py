@@ -4,8 +4,9 @@ Slots `[0, length)` hold keys and values of tokens that are part of the sequence
 writes slots `[length, length + n)` and advances `length`. Rolling back a rejected draft is `truncate`: the stale
 slots beyond `length` are never read again before they are overwritten.
 
-A bf16a cache also keeps its full chunks of slots laid out as its attention reads them (`panels`); whatever may
-change a slot clears the chunks from it on (`stale`: truncate, compact, write, and the start of every pass).
+A bf16 cache on the CPU also keeps its full chunks of slots laid out as its attention reads them (`panels`: bf16a's
+pair panels, or AMX-BF16 tiles); whatever may change a slot clears the chunks from it on (`stale`: truncate,
+compact, write, and the start of every pass).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ class KVCache:
         self._views: dict = {}                                    # (layer, batch entry) -> (k, v): `sequence`
         self.capacity = capacity
         self.length = 0
-        self._panels: tuple | None = None                         # `panels`: (chunk, store, built), made on first use
+        self._panels: tuple | None = None                   # `panels`: (chunk, kind, store, built), made on first use
 
     def write(self, layer: int, k_new: torch.Tensor, v_new: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store n new keys/values at slots [length, length + n) of `layer`; return views of all valid slots.
@@ -49,22 +50,24 @@ class KVCache:
             kv = self._views[(layer, b)] = (self.layers[layer][0][b], self.layers[layer][1][b])
         return kv
 
-    def panels(self, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """bf16a attention's store of laid-out chunks (kernels/attention_pairs.h, `Panels`), made on first use:
-        [layers, batch, kv_heads, capacity // chunk, chunk * head_dim] int32 (each full chunk of `chunk` slots as
-        key and value panels) and [layers, batch, capacity // chunk] uint8, 1 where a chunk was laid out from its
-        slots as they are now. The kernels lay chunks out; `stale` clears the flags from a slot on."""
-        if self._panels is None or self._panels[0] != chunk:
+    def panels(self, chunk: int, kind: str = "pairs") -> tuple[torch.Tensor, torch.Tensor]:
+        """Attention's store of laid-out chunks (kernels/attention_pairs.h, `Panels`), made on first use and made
+        afresh for another chunk size or layout (`kind`: "pairs", bf16a's pair panels; "tiles", AMX-BF16 tiles,
+        `ops.store_kind`): [layers, batch, kv_heads, capacity // chunk, chunk * head_dim] int32 (each full chunk of
+        `chunk` slots as its keys' then its values' layout) and [layers, batch, capacity // chunk] uint8, 1 where a
+        chunk was laid out from its slots as they are now. The kernels lay chunks out; `stale` clears the flags
+        from a slot on."""
+        if self._panels is None or self._panels[:2] != (chunk, kind):
             layers, batch, heads, cap, d = self.k.shape
-            self._panels = (chunk, torch.empty(layers, batch, heads, cap // chunk, chunk * d, dtype=torch.int32,
-                                               device=self.k.device),
+            self._panels = (chunk, kind, torch.empty(layers, batch, heads, cap // chunk, chunk * d, dtype=torch.int32,
+                                                     device=self.k.device),
                             torch.zeros(layers, batch, cap // chunk, dtype=torch.uint8, device=self.k.device))
-        return self._panels[1], self._panels[2]
+        return self._panels[2], self._panels[3]
 
     def stale(self, slot: int) -> None:
         """Slots from `slot` on may change: no laid-out chunk that holds one of them is read again (`panels`)."""
         if self._panels is not None:
-            self._panels[2][:, :, slot // self._panels[0]:] = 0
+            self._panels[3][:, :, slot // self._panels[0]:] = 0
 
     def advance(self, n: int) -> None:
         self.length += n

@@ -248,14 +248,14 @@ class Rows:
         return [k for k, _ in kv], [v for _, v in kv]
 
     def stores(self, pairs: bool) -> tuple:
-        """The kernels' arguments for bf16a's laid-out chunks (`pairs`, bf16 caches on the CPU): each segment's
+        """The kernels' arguments for laid-out chunks of bf16 caches on the CPU (`store_kind`): each segment's
         cache's whole store (`KVCache.panels`), [layers, batch, ...], and its flags; () where there are none (so
-        builds from before them run every dtype but bf16a, scripts/kernels_ab.py)."""
+        builds from before them run every dtype but bf16a, scripts/kernels_ab.py). pairs: bf16a's attention."""
         caches = [c for c, *_ in self.segments]
-        if not pairs or CHUNK % 16 or any(c.k.dtype != torch.bfloat16 or c.k.device.type != "cpu" or c.k.shape[-1] % 16
-                                          for c in caches):
+        kind = store_kind(caches[0].k, pairs) if caches else None
+        if kind is None or any(store_kind(c.k, pairs) != kind for c in caches):
             return ()
-        made = [c.panels(CHUNK) for c in caches]
+        made = [c.panels(CHUNK, kind) for c in caches]
         return [p for p, _ in made], [f for _, f in made]
 
     def panels(self, layer: int, pairs: bool) -> tuple:
@@ -292,6 +292,18 @@ class Rows:
         width = max((e.shape[1] for e in extras), default=0)
         extra = torch.cat([F.pad(e, (0, width - e.shape[1])) for e in extras]) if extras else torch.zeros(0, 0)
         return cls(torch.cat(seq), torch.cat(slot), torch.cat(ctx), extra.long().contiguous(), torch.cat(counts), segs)
+
+
+def store_kind(keys: torch.Tensor, pairs: bool) -> str | None:
+    """How attention over a cache of `keys` keeps its full chunks laid out (`KVCache.panels`), or None: "pairs" for
+    bf16a's pair products (kernels/attention_pairs.h), "tiles" where bf16 attention runs on AMX-BF16 tiles
+    (kernels/aamx.h: its packed keys, then values); either way reading the store gives the bits of laying the chunk
+    out afresh."""
+    if keys.dtype != torch.bfloat16 or keys.device.type != "cpu":
+        return None
+    if pairs:
+        return "pairs" if CHUNK % 16 == 0 and keys.shape[-1] % 16 == 0 else None
+    return "tiles" if CHUNK % 32 == 0 and keys.shape[-1] % 32 == 0 and kernels.bf16_on_amx() else None
 
 
 def attend(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows: Rows, layer: int,

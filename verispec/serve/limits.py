@@ -103,10 +103,13 @@ class KVBudget:
 
 
 def kv_bytes_per_token(model) -> int:
-    """Keys and values of one token over all layers; twice that for a bf16a model on the CPU, whose caches also keep
-    their chunks laid out (`KVCache.panels`)."""
+    """Keys and values of one token over all layers; twice that where the caches also keep their chunks laid out
+    (`KVCache.panels`: bf16a, or bf16 attention on AMX tiles, on the CPU)."""
+    import torch
+
+    from ..model.ops import store_kind
     c = model.cfg
     kv = 2 * c.num_layers * c.num_kv_heads * c.head_dim * model.dtype.itemsize
-    pairs = model.device.type == "cpu" and c.head_dim % 16 == 0 and \
-        any(getattr(m, "act_bf16", False) for m in model.modules())
-    return 2 * kv if pairs else kv
+    keys = torch.empty(0, c.head_dim, dtype=model.dtype, device=model.device)          # what its caches hold
+    pairs = any(getattr(m, "act_bf16", False) for m in model.modules())
+    return 2 * kv if store_kind(keys, pairs) else kv
