@@ -1,8 +1,9 @@
-"""bf16a's store of laid-out chunks (`KVCache.panels`) on and off, interleaved round by round in one process: a
+"""The store of laid-out chunks (`KVCache.panels`) on and off, interleaved round by round in one process: a
 prefill of N random tokens (default 3,000), then passes of 1, 5 and 16 new rows after it (logits excluded), each
-the median of 5, over 5 rounds; checks that both give the same hidden states. The default model, 2 threads:
+the median of 5, over 5 rounds; checks that both give the same hidden states. The default model in DTYPE (bf16a,
+the default: its pair panels; bf16 on a CPU with AMX-BF16: its packed tiles), 2 threads:
 
-    python scripts/kv_panels_ab.py [N]
+    python scripts/kv_panels_ab.py [N [DTYPE]]
 """
 import statistics
 import sys
@@ -18,7 +19,8 @@ from verispec.model import ops
 def main() -> int:
     torch.set_num_threads(2)
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 3000
-    model = Target.load(None, "bf16a", "cpu").model
+    dtype = sys.argv[2] if len(sys.argv) > 2 else "bf16a"
+    model = Target.load(None, dtype, "cpu").model
     stores = ops.Rows.stores
 
     def use(on: bool):
@@ -52,7 +54,7 @@ def main() -> int:
     for key in ("prefill", 1, 5, 16):
         off, on = (statistics.median(times[(key, o)]) * 1e3 for o in (False, True))
         what = f"prefill of {n}" if key == "prefill" else f"{key} rows after {n}"
-        print(f"bf16a {what:>18}: store off {off:8.2f} ms, on {on:8.2f} ms, on/off {on / off:.2f}")
+        print(f"{dtype} {what:>18}: store off {off:8.2f} ms, on {on:8.2f} ms, on/off {on / off:.2f}")
     print(f"same bits: {same}")
     return 0 if same else 1
 
