@@ -129,8 +129,10 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         uint32_t* kp = store.pan[sq] + (g * store.chunks[sq] + c) * C * D;
         const T *k0 = ks[sq] + (g * cap[sq] + c * C) * D, *v0 = vs[sq] + (g * cap[sq] + c * C) * D;
         if (tiles) {                                                // the item's own pack_keys, pack_values
-          for (int64_t j = 0; j < C; ++j)
-            kr[j] = reinterpret_cast<const uint16_t*>(k0 + j * D), vr[j] = reinterpret_cast<const uint16_t*>(v0 + j * D);
+          for (int64_t j = 0; j < C; ++j) {
+            kr[j] = reinterpret_cast<const uint16_t*>(k0 + j * D);
+            vr[j] = reinterpret_cast<const uint16_t*>(v0 + j * D);
+          }
           pack_keys(kr.data(), C, D, reinterpret_cast<uint16_t*>(kp));
           pack_values(vr.data(), C, D, reinterpret_cast<uint16_t*>(kp + C * D / 2));
         } else {
