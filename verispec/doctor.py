@@ -109,8 +109,8 @@ def cmd_doctor(args) -> int:
         if lib.fp_isa() == "amx":
             print("bf16 products, and attention over bf16 caches: AMX-BF16 tiles, for every row count (each fp32 "
                   "operand in two bf16 parts; rows invariant, but bits of this machine's own, not the AVX kernels': "
-                  "VERISPEC_ISA=avx512 gives those); a bf16 cache keeps its full chunks packed for the tiles, as much "
-                  "memory again as its keys and values")
+                  "VERISPEC_ISA=avx512 gives those); a bf16 cache (head size a multiple of 32) keeps its full chunks "
+                  "packed for the tiles, as much memory again as its keys and values")
         # the kernels' own words (`pairs_isa`: "avx512_bf16", "avx2", or "avx2 (vdpbf16ps disagreed)"), named
         pairs = lib.pairs_isa().replace("avx512_bf16", "AVX512_BF16 (vdpbf16ps)").replace("avx2", "AVX2 FMAs")
         print(f"bf16 pair products (bf16a: its products and attention, on AMX machines too): {pairs} (the same two "

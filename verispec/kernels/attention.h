@@ -20,9 +20,9 @@
 
 namespace {
 
-// Rows per work item of shared context keys: each chunk's keys and values are widened (or, for pair products, laid
-// out as panels, or read from the cache's store of them) once per item (32: 13% faster than 8 over a 3,000-row
-// prefill, 4% slower at 64; pair products: 64, 4% faster than 32)
+// Rows per work item of shared context keys: each chunk's keys and values are widened (or, for pair products and
+// AMX tiles, laid out as panels or tiles, or read from the cache's store of them) once per item (32: 13% faster
+// than 8 over a 3,000-row prefill, 4% slower at 64; pair products: 64, 4% faster than 32)
 constexpr int64_t ITEM_ROWS = 32, PAIR_ITEM_ROWS = 64;
 
 // P pairs' scores (s[p][0 .. n8)): keys past nk[p] masked; each pair's max over its keys (exact: any order gives

@@ -89,9 +89,9 @@ inline void lay_out_chunk(const T* k, const T* v, Row row, int64_t n16, int64_t 
   for (int64_t t = 0; t < n2; ++t) value_pair(half(v + row(2 * t)), half(v + row(2 * t + 1)), D, t, n2, vp);
 }
 
-// Where a pass keeps the full chunks it lays out (`lay_out_chunk`), per sequence of the pass: pan[s] [kv heads]
-// [chunks][C * D] words, the key panels then the value panels, built[s] [chunks] (1: laid out, for every kv head,
-// from the cache as it is now); none: empty
+// Where a pass keeps the full chunks it lays out (`lay_out_chunk`; on AMX tiles aamx.h's `pack_keys`, `pack_values`),
+// per sequence of the pass: pan[s] [kv heads][chunks][C * D] words, the key panels (tiles) then the value panels
+// (tiles), built[s] [chunks] (1: laid out, for every kv head, from the cache as it is now); none: empty
 struct Panels {
   std::vector<uint32_t*> pan;
   std::vector<uint8_t*> built;

@@ -132,7 +132,7 @@ std::string set_fp_isa(const std::string& isa) {
 
 // q [R, H, D] fp32; ks, vs: per sequence [kv_heads, capacity, D] (one dtype); seq, ctx, n_extra [R] int64;
 // extra [R, E] int64 slots. Row r attends to slots 0 .. ctx[r]-1, then extra[r, :n_extra[r]], in that order.
-// pan, built: none, or per sequence its store of laid-out chunks for pairs (`Panels`): [kv_heads, chunks,
+// pan, built: none, or per sequence its store of laid-out chunks, pairs' or tiles' (`Panels`): [kv_heads, chunks,
 // chunk * D] int32 and [chunks] uint8, whose holder clears `built` from a chunk on as soon as a slot in it changes
 torch::Tensor attention(torch::Tensor q, std::vector<torch::Tensor> ks, std::vector<torch::Tensor> vs,
                         torch::Tensor seq, torch::Tensor ctx, torch::Tensor extra, torch::Tensor n_extra,

@@ -82,7 +82,7 @@ struct Stack {
 
 void register_stack(pybind11::module& m) {
   using pybind11::arg;
-  const auto none = std::vector<torch::Tensor>();          // no stores of laid-out chunks (bf16a's `Panels`)
+  const auto none = std::vector<torch::Tensor>();          // no stores of laid-out chunks (`Panels`)
   pybind11::class_<Stack>(m, "Stack", "a model's decoder layers, run in one call (`run`): `layer` or `qlayer` each")
       .def(pybind11::init<>())
       .def("add_float", &Stack::add_float)
