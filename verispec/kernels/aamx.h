@@ -75,6 +75,20 @@ VS_FAMX void pack_values(const uint16_t* const* vr, int64_t n32, int64_t D, uint
     }
 }
 
+// A chunk's n32 keys and values -> their B tiles at kt and vt (`pack_keys`, `pack_values`): key or value j is the
+// cache row of D bf16 at k or v + row(j) (elements; padding repeats the last real key, as `row` says); kr, vr: room
+// for n32 row pointers each
+template <typename T, typename Row>
+inline void pack_chunk(const T* k, const T* v, Row row, int64_t n32, int64_t D, const uint16_t** kr,
+                       const uint16_t** vr, uint16_t* kt, uint16_t* vt) {
+  for (int64_t j = 0; j < n32; ++j) {
+    kr[j] = reinterpret_cast<const uint16_t*>(k + row(j));
+    vr[j] = reinterpret_cast<const uint16_t*>(v + row(j));
+  }
+  pack_keys(kr, n32, D, kt);
+  pack_values(vr, n32, D, vt);
+}
+
 // C t = sum over `steps` of hi . B(step, t) + lo . B(step, t) (hi first), for the nt <= 4 B tiles t of each step
 // (B(step, t) at b + (step * b_step + t) * 512; A rows from hi, lo + step * 32, stride lda bytes), stored to
 // out + 16 t (stride ldc bytes). Tiles: C 0-3, A 4 (hi), 5 (lo), B 6, 7.

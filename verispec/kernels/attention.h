@@ -128,13 +128,9 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         const int64_t sq = todo[i / hkv].first, c = todo[i / hkv].second, g = i % hkv;
         uint32_t* kp = store.pan[sq] + (g * store.chunks[sq] + c) * C * D;
         const T *k0 = ks[sq] + (g * cap[sq] + c * C) * D, *v0 = vs[sq] + (g * cap[sq] + c * C) * D;
-        if (tiles) {                                                // the item's own pack_keys, pack_values
-          for (int64_t j = 0; j < C; ++j) {
-            kr[j] = reinterpret_cast<const uint16_t*>(k0 + j * D);
-            vr[j] = reinterpret_cast<const uint16_t*>(v0 + j * D);
-          }
-          pack_keys(kr.data(), C, D, reinterpret_cast<uint16_t*>(kp));
-          pack_values(vr.data(), C, D, reinterpret_cast<uint16_t*>(kp + C * D / 2));
+        if (tiles) {                                                // an item's own packing, as items pack
+          pack_chunk(k0, v0, [D](int64_t j) { return j * D; }, C, D, kr.data(), vr.data(),
+                     reinterpret_cast<uint16_t*>(kp), reinterpret_cast<uint16_t*>(kp + C * D / 2));
         } else {
           lay_out_chunk(k0, v0, [D](int64_t j) { return j * D; }, C, C / 2, D, fp_avx512(), krow.data(), kp,
                         kp + C * D / 2);
@@ -189,19 +185,17 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         nk[p] = std::min(ctx[r + p / group] + n_extra[r + p / group], j0 + C) - j0;
       }
       const int64_t dim = D, ctx_r = ctx[wide_r], n32 = (n + 31) / 32 * 32;   // locals: stores may alias memory
+      const auto row = [&](int64_t j) {                             // key j of the chunk (padding: the last real)
+        const int64_t lj = j0 + std::min(j, n - 1), slot = lj < ctx_r ? lj : xs[lj];
+        return slot * dim;
+      };
       if (tiles) {
         const uint16_t *keys = kt.data(), *values = vt.data();     // the chunk's tiles: stored, or packed here
         if (stored(item)) {
           keys = reinterpret_cast<const uint16_t*>(store.pan[sq] + (g * store.chunks[sq] + c) * C * D);
           values = keys + C * D;
         } else {
-          for (int64_t j = 0; j < n32; ++j) {                       // padding repeats the last real key
-            const int64_t lj = j0 + std::min(j, n - 1), slot = lj < ctx_r ? lj : xs[lj];
-            kr[j] = reinterpret_cast<const uint16_t*>(kbase + slot * dim);
-            vr[j] = reinterpret_cast<const uint16_t*>(vbase + slot * dim);
-          }
-          pack_keys(kr.data(), n32, dim, kt.data());
-          pack_values(vr.data(), n32, dim, vt.data());
+          pack_chunk(kbase, vbase, row, n32, dim, kr.data(), vr.data(), kt.data(), vt.data());
         }
         const int64_t q0 = (g * R + r) * group * dim, Rt = tile_rows(P);
         if (Rt != configured) configure_tiles(Rt), configured = Rt;
@@ -212,10 +206,6 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         tile_weigh(P, Rt, n32, values, dim, wh.data(), wl.data(), op.data());
       } else if (pairs) {
         const int64_t n16 = (n + 15) / 16 * 16, n2 = (n + 1) / 2;
-        const auto row = [&](int64_t j) {                           // key j of the chunk (padding: the last real)
-          const int64_t lj = j0 + std::min(j, n - 1), slot = lj < ctx_r ? lj : xs[lj];
-          return slot * dim;
-        };
         for (int64_t p = 0; p < P; ++p)
           std::copy(q2.data() + (qp[p] - q) / 2, q2.data() + (qp[p] - q) / 2 + D2, qb.data() + p * D2);
         const uint32_t *keys = kpan.data(), *values = vpan.data();  // the chunk's panels: stored, or laid out here
@@ -239,9 +229,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
       } else {
         float *const kd = kf.data(), *const vd = vf.data();
         for (int64_t j = 0; j < n8; ++j) {                          // the chunk's keys and values in fp32
-          const int64_t lj = j0 + std::min(j, n - 1);               // padding repeats the last real key
-          const int64_t slot = lj < ctx_r ? lj : xs[lj];
-          const T *kr = kbase + slot * dim, *vr = vbase + slot * dim;
+          const T *kr = kbase + row(j), *vr = vbase + row(j);
           float *kj = kd + (j / 8 * dim + j % 8) * 8, *vj = vd + j * dim;
           for (int64_t i = 0; i < dim; i += 8) {                    // keys blocked: [j / 8][i / 8][j % 8][8]
             _mm256_storeu_ps(kj + i * 8, load8(kr + i));

@@ -252,8 +252,9 @@ class Rows:
         cache's whole store (`KVCache.panels`), [layers, batch, ...], and its flags; () where there are none (so
         builds from before them run every dtype but bf16a, scripts/kernels_ab.py). pairs: bf16a's attention."""
         caches = [c for c, *_ in self.segments]
-        kind = store_kind(caches[0].k, pairs) if caches else None
-        if kind is None or any(store_kind(c.k, pairs) != kind for c in caches):
+        kinds = {store_kind(c.k.dtype, c.k.device, c.k.shape[-1], pairs) for c in caches}
+        kind = kinds.pop() if len(kinds) == 1 else None
+        if kind is None:
             return ()
         made = [c.panels(CHUNK, kind) for c in caches]
         return [p for p, _ in made], [f for _, f in made]
@@ -294,16 +295,16 @@ class Rows:
         return cls(torch.cat(seq), torch.cat(slot), torch.cat(ctx), extra.long().contiguous(), torch.cat(counts), segs)
 
 
-def store_kind(keys: torch.Tensor, pairs: bool) -> str | None:
-    """How attention over a cache of `keys` keeps its full chunks laid out (`KVCache.panels`), or None: "pairs" for
-    bf16a's pair products (kernels/attention_pairs.h), "tiles" where bf16 attention runs on AMX-BF16 tiles
-    (kernels/aamx.h: its packed keys, then values); either way reading the store gives the bits of laying the chunk
-    out afresh."""
-    if keys.dtype != torch.bfloat16 or keys.device.type != "cpu":
+def store_kind(dtype: torch.dtype, device: torch.device, head_dim: int, pairs: bool) -> str | None:
+    """How attention over a cache of `dtype` keys on `device` keeps its full chunks laid out (`KVCache.panels`), or
+    None: "pairs" for bf16a's pair products (kernels/attention_pairs.h), "tiles" where bf16 attention runs on
+    AMX-BF16 tiles (kernels/aamx.h: its packed keys, then values); either way reading the store gives the bits of
+    laying the chunk out afresh."""
+    if dtype != torch.bfloat16 or torch.device(device).type != "cpu":
         return None
     if pairs:
-        return "pairs" if CHUNK % 16 == 0 and keys.shape[-1] % 16 == 0 else None
-    return "tiles" if CHUNK % 32 == 0 and keys.shape[-1] % 32 == 0 and kernels.bf16_on_amx() else None
+        return "pairs" if CHUNK % 16 == 0 and head_dim % 16 == 0 else None
+    return "tiles" if CHUNK % 32 == 0 and head_dim % 32 == 0 and kernels.bf16_on_amx() else None
 
 
 def attend(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows: Rows, layer: int,

@@ -105,11 +105,8 @@ class KVBudget:
 def kv_bytes_per_token(model) -> int:
     """Keys and values of one token over all layers; twice that where the caches also keep their chunks laid out
     (`KVCache.panels`: bf16a, or bf16 attention on AMX tiles, on the CPU)."""
-    import torch
-
     from ..model.ops import store_kind
     c = model.cfg
     kv = 2 * c.num_layers * c.num_kv_heads * c.head_dim * model.dtype.itemsize
-    keys = torch.empty(0, c.head_dim, dtype=model.dtype, device=model.device)          # what its caches hold
     pairs = any(getattr(m, "act_bf16", False) for m in model.modules())
-    return 2 * kv if store_kind(keys, pairs) else kv
+    return 2 * kv if store_kind(model.dtype, model.device, c.head_dim, pairs) else kv
