@@ -131,15 +131,19 @@ def decode(model, g: torch.Generator) -> torch.Tensor:
     return torch.cat(outs), cache
 
 
-@pytest.mark.parametrize("kind", ["pairs", "tiles"])
+@pytest.mark.parametrize("kind", ["pairs", "tiles", "tiles, 4-bit layers"])
 def test_a_model_decodes_the_same_bits_with_the_store(bf16a_model, kind, monkeypatch):
-    """The store on (the kernels' default for bf16a, and for bf16 on AMX tiles) and off: the same hidden states for
-    every pass, chains and trees, over a context that crosses chunk boundaries as it grows and is cut back; and
-    with the store on, the cache's full chunks end up laid out in every layer."""
-    needs_tiles(kind)
+    """The store on (the kernels' default for bf16a, and for bf16 on AMX tiles, float layers or quantized ones: a
+    4-bit draft's or head's over a bf16 cache) and off: the same hidden states for every pass, chains and trees,
+    over a context that crosses chunk boundaries as it grows and is cut back; and with the store on, the cache's
+    full chunks end up laid out in every layer."""
+    from verispec.model import requant
+    needs_tiles(kind[:5])
     model = bf16a_model if kind == "pairs" else tiny_bf16(False)
+    if kind.endswith("layers"):
+        requant.to_q4(model)
     on, cache = decode(model, torch.Generator().manual_seed(1))
-    _, built = cache.panels(ops.CHUNK, kind)
+    _, built = cache.panels(ops.CHUNK, kind[:5])
     assert cache.length > 3 * ops.CHUNK and built[:, 0, :cache.length // ops.CHUNK].all()
     no_store(monkeypatch)
     off, _ = decode(model, torch.Generator().manual_seed(1))

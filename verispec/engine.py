@@ -24,6 +24,7 @@ from .errors import VerispecError
 from .model import ops
 from .model.host import upload
 from .model.llama import Llama
+from .model.rows import RowPlan
 from .proposers.base import Proposal, Proposer
 from .sampling import SamplingConfig, probs, sample, top_tokens
 from .stats import GenerationStats
@@ -68,13 +69,27 @@ class Pass:
     proposal: Proposal
     tokens: torch.Tensor                # [1, 1+n]
     positions: torch.Tensor             # [1, 1+n]
-    mask: torch.Tensor | None           # [1, 1+n, S] a tree's ancestry mask; None: a causal chain
+    mask: RowPlan | None                # a tree's ancestry, its rows planned (`tree_rows`); None: a causal chain
     start: int                          # the cache's length before the pass
     newest: int                         # tokens[0, 0], kept on the host (reading it back would wait for the device)
 
     def inputs(self, cache) -> tuple:
         """The target's forward arguments for this pass."""
         return self.tokens, self.positions, cache, self.mask
+
+
+_TREE_ROWS: dict[tuple, RowPlan] = {}
+
+
+def tree_rows(tree) -> RowPlan:
+    """A tree pass's rows: every row sees the context, then its ancestors (`tree.ancestry`), planned once per tree
+    shape (a static tree's is the same every cycle; at most 256 shapes are kept)."""
+    rows = _TREE_ROWS.get(tree.choices)
+    if rows is None:
+        if len(_TREE_ROWS) >= 256:
+            _TREE_ROWS.clear()
+        rows = _TREE_ROWS[tree.choices] = RowPlan(1 + tree.size, tree.ancestry)
+    return rows
 
 
 # Trees of more rows than this compute p where verification reads it (`NodeProbs`); smaller ones all at once, which
@@ -222,8 +237,7 @@ class Sequence:
             positions = torch.arange(start, start + tokens.shape[1], device=device)[None]   # [1, 1+n]
         else:
             positions = (start + upload(tree.depths, device))[None]                        # [1, 1+n]
-            mask = torch.cat([torch.ones(1 + tree.size, start, dtype=torch.bool, device=device),
-                              upload(tree.ancestry, device)], 1)[None]             # [1, 1+n, start+1+n]
+            mask = tree_rows(tree)                          # its ancestry [1+n, 1+n], after the context
         self.stats.time_draft_s += time.perf_counter() - t0
         return Pass(proposal, tokens, positions, mask, start, newest)
 

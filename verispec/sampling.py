@@ -56,9 +56,14 @@ def probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
 
 
 def top_tokens(logits: torch.Tensor) -> torch.Tensor:
-    """[..., vocab] -> [...] int64: each row's argmax, the first of tied maxima: the token greedy decoding picks.
-    (`max(-1).indices`: the same tokens as `argmax(-1)`, three times faster over a tree's rows.)"""
-    return logits.max(-1).indices
+    """[..., vocab] -> [...] int64: each row's argmax, the first of tied maxima (a NaN: the first NaN): the token
+    greedy decoding picks. On the CPU kernels one pass per row (`argmax_rows`, 5x faster over a tree's rows than
+    PyTorch); elsewhere `max(-1).indices`, which gives the same tokens."""
+    from . import kernels
+    k = kernels.load() if logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.shape[-1] else None
+    if k is None or not hasattr(k, "argmax_rows"):          # (builds from before it: scripts/kernels_ab.py)
+        return logits.max(-1).indices
+    return k.argmax_rows(logits.reshape(-1, logits.shape[-1]).contiguous()).view(logits.shape[:-1])
 
 
 def sample(weights: torch.Tensor, u: torch.Tensor) -> torch.Tensor:

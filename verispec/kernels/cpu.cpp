@@ -12,6 +12,7 @@
 //   attention  each row over its own logical key sequence (context slots, then extra slots), in fixed chunks of
 //              keys merged in chunk order (split-KV; chunk boundaries are logical positions, not rows)
 //   rms_norm, silu_mul   per-row reductions in a fixed lane order; elementwise exp of our own
+//   argmax_rows          greedy decoding's token per row, as torch's max(-1) picks it, in one pass
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -264,6 +265,82 @@ torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
   return y;
 }
 
+// x [R, V] fp32 -> [R] int64: each row's argmax, the first of tied maxima, or its first NaN where it has one
+// (what torch's max(-1).indices gives: greedy decoding's and verification's token). Two passes over the row, still
+// in cache: its maximum (four independent lanes of maxima, so no chain of compares), then the first index equal
+// to it (-0 equals +0, as torch ties them)
+inline int64_t argmax_row(const float* x, int64_t V) {
+  float best = x[0];
+  bool nan = false;
+  int64_t i = 0;
+  if (V >= 32) {
+    __m256 m[4], seen = _mm256_setzero_ps();
+    for (int a = 0; a < 4; ++a) {
+      m[a] = _mm256_loadu_ps(x + 8 * a);
+      seen = _mm256_or_ps(seen, _mm256_cmp_ps(m[a], m[a], _CMP_UNORD_Q));
+    }
+    for (i = 32; i + 32 <= V; i += 32)
+      for (int a = 0; a < 4; ++a) {
+        const __m256 v = _mm256_loadu_ps(x + i + 8 * a);
+        m[a] = _mm256_max_ps(m[a], v);
+        seen = _mm256_or_ps(seen, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+      }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, _mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3])));
+    nan = _mm256_movemask_ps(seen) != 0;
+    best = lanes[0];
+    for (int l = 1; l < 8; ++l) best = lanes[l] > best ? lanes[l] : best;
+  }
+  for (; i < V; ++i) {                            // the tail (or a short row)
+    nan = nan || x[i] != x[i];
+    best = x[i] > best ? x[i] : best;
+  }
+  const __m256 b = _mm256_set1_ps(best);
+  int64_t j = 0;
+  for (; j + 8 <= V; j += 8) {                    // the first NaN, or the first maximum
+    const __m256 v = _mm256_loadu_ps(x + j);
+    const int hit = _mm256_movemask_ps(nan ? _mm256_cmp_ps(v, v, _CMP_UNORD_Q) : _mm256_cmp_ps(v, b, _CMP_EQ_OQ));
+    if (hit) return j + __builtin_ctz(hit);
+  }
+  for (; j < V; ++j)
+    if (nan ? x[j] != x[j] : x[j] == best) return j;
+  return 0;
+}
+
+torch::Tensor argmax_rows(torch::Tensor x) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kFloat && x.size(1) > 0 &&
+              x.size(1) < (int64_t(1) << 31), "argmax_rows: x [R, V] fp32, V >= 1");
+  const int64_t R = x.size(0), V = x.size(1);
+  auto out = torch::empty({R}, x.options().dtype(at::kLong));
+  const float* xd = x.data_ptr<float>();
+  int64_t* od = out.data_ptr<int64_t>();
+  at::parallel_for(0, R, 2, [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) od[r] = argmax_row(xd + r * V, V);
+  });
+  return out;
+}
+
+// silu(gate) * up for rows [b, e) of gate_up (s, rows of 2F) into d (rows of F): per 8 values the AVX2 sequence
+// below; where the CPU has AVX-512, 16 at a time lane for lane the same instructions (exp16 is exp8's sequence, the
+// division and products IEEE's), so the same bits
+VS_AVX512 void silu_rows16(const float* s, float* d, int64_t b, int64_t e, int64_t F) {
+  const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
+  for (int64_t m = b; m < e; ++m) {
+    int64_t i = 0;
+    for (; i + 16 <= F; i += 16) {
+      const __m512 g = _mm512_loadu_ps(s + m * 2 * F + i), u = _mm512_loadu_ps(s + m * 2 * F + F + i);
+      const __m512 sg = _mm512_div_ps(g, _mm512_add_ps(one, exp16(_mm512_sub_ps(zero, g))));
+      _mm512_storeu_ps(d + m * F + i, _mm512_mul_ps(sg, u));
+    }
+    for (; i < F; i += 8) {
+      const __m256 g = _mm256_loadu_ps(s + m * 2 * F + i), u = _mm256_loadu_ps(s + m * 2 * F + F + i);
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+      const __m256 sg = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+      _mm256_storeu_ps(d + m * F + i, _mm256_mul_ps(sg, u));
+    }
+  }
+}
+
 // gate_up [M, 2F] fp32 -> [M, F] fp32: silu(gate) * up = gate / (1 + exp(-gate)) * up
 torch::Tensor silu_mul(torch::Tensor gu) {
   TORCH_CHECK(gu.dim() == 2 && gu.is_contiguous() && gu.scalar_type() == at::kFloat && gu.size(1) % 16 == 0,
@@ -272,7 +349,9 @@ torch::Tensor silu_mul(torch::Tensor gu) {
   auto y = torch::empty({M, F}, gu.options());
   const float* s = gu.data_ptr<float>();
   float* d = y.data_ptr<float>();
+  const bool wide = fp_avx512();
   at::parallel_for(0, M, 4, [&](int64_t b, int64_t e) {
+    if (wide) return silu_rows16(s, d, b, e, F);
     const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
     for (int64_t m = b; m < e; ++m)
       for (int64_t i = 0; i < F; i += 8) {
@@ -327,6 +406,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         arg("cos"), arg("sin"), arg("ks"), arg("vs"), arg("seq"), arg("slot"), arg("ctx"), arg("extra"),
         arg("n_extra"), arg("H"), arg("eps"), arg("scale"), arg("chunk"), arg("pan") = none, arg("built") = none);
   m.def("silu_mul", &silu_mul, "silu(gate) * up");
+  m.def("argmax_rows", &argmax_rows, "each row's argmax: the first of tied maxima, or its first NaN");
   m.def("fp_isa", &fp_isa, "the float product's instruction set: 'amx' (bf16 weights), 'avx512' or 'avx2'");
   m.def("pairs_isa", [] {
           return fp_pairs_dp() ? "avx512_bf16" : fp_avx512() && cpu_has_avx512_bf16() ? "avx2 (vdpbf16ps disagreed)"

@@ -45,12 +45,14 @@ struct Parts {              // the layer's four products, each a few packed part
 }  // namespace
 
 // x [R, D] fp32; norms: attn_norm and mlp_norm fp32 weights; bqkv: wqkv's fp32 bias (empty: none); w, count,
-// kind, n: the packed parts (`Parts`); int8: q8linear, else qlinear; the rest as `layer` (cpu.cpp). -> [R, D] fp32
+// kind, n: the packed parts (`Parts`); int8: q8linear, else qlinear; the rest as `layer` (cpu.cpp), the caches'
+// stores of laid-out chunks (pan, built) included. -> [R, D] fp32
 torch::Tensor qlayer(torch::Tensor x, std::vector<torch::Tensor> norms, torch::Tensor bqkv,
                      std::vector<torch::Tensor> w, std::vector<int64_t> count, std::vector<int64_t> kind, std::vector<int64_t> n, bool int8,
                      torch::Tensor cos, torch::Tensor sin, std::vector<torch::Tensor> ks, std::vector<torch::Tensor> vs,
                      torch::Tensor seq, torch::Tensor slot, torch::Tensor ctx, torch::Tensor extra,
-                     torch::Tensor n_extra, int64_t H, double eps, double scale, int64_t chunk) {
+                     torch::Tensor n_extra, int64_t H, double eps, double scale, int64_t chunk,
+                     std::vector<torch::Tensor> pan, std::vector<torch::Tensor> built) {
   TORCH_CHECK(norms.size() == 2 && count.size() == 4 && kind.size() == n.size() && w.size() == 5 * n.size(),
               "qlayer: 2 norms, 4 products and 5 arrays per part");
   int64_t total = 0;
@@ -63,12 +65,17 @@ torch::Tensor qlayer(torch::Tensor x, std::vector<torch::Tensor> norms, torch::T
   c10::optional<torch::Tensor> none, bias;
   if (bqkv.defined() && bqkv.numel()) bias = bqkv;
   auto qkv = parts.product(0, rms_norm(x, norms[0], eps), bias);
-  auto y = attention_step(qkv, cos, sin, ks, vs, seq, slot, ctx, extra, n_extra, H, scale, chunk, false, {}, {});
+  auto y = attention_step(qkv, cos, sin, ks, vs, seq, slot, ctx, extra, n_extra, H, scale, chunk, false, pan, built);
   x = x + parts.product(1, y, none);
   auto a = silu_mul(parts.product(2, rms_norm(x, norms[1], eps), none));
   return x + parts.product(3, a, none);
 }
 
 void register_qlayer(pybind11::module& m) {
-  m.def("qlayer", &qlayer, "one decoder layer over GGUF-quantized weights: the op-by-op path's calls in one");
+  using pybind11::arg;
+  const auto none = std::vector<torch::Tensor>();           // no store of laid-out chunks (`Panels`)
+  m.def("qlayer", &qlayer, "one decoder layer over GGUF-quantized weights: the op-by-op path's calls in one",
+        arg("x"), arg("norms"), arg("bqkv"), arg("w"), arg("count"), arg("kind"), arg("n"), arg("int8"), arg("cos"),
+        arg("sin"), arg("ks"), arg("vs"), arg("seq"), arg("slot"), arg("ctx"), arg("extra"), arg("n_extra"), arg("H"),
+        arg("eps"), arg("scale"), arg("chunk"), arg("pan") = none, arg("built") = none);
 }

@@ -77,8 +77,9 @@ class EagleHead(nn.Module):
         return feats if self.fuse is None else self.fuse(feats)
 
     def forward(self, feats: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
-                cache: KVCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """feats [B, n, D] (f_j), tokens [B, n] (x_{j+1}), positions [B, n] (j) -> predicted f_{j+1} [B, n, D]."""
+                cache: KVCache | None = None, mask=None) -> torch.Tensor:
+        """feats [B, n, D] (f_j), tokens [B, n] (x_{j+1}), positions [B, n] (j) -> predicted f_{j+1} [B, n, D].
+        mask: as `Llama.forward` takes it."""
         x = self.fc(torch.cat([feats, self.embed[tokens].to(feats.dtype)], -1))        # [B, n, D]
         return self.decoder(None, positions, cache, mask, embeds=x)
 

@@ -14,7 +14,7 @@ from torch import nn
 from torch.nn.modules import module as torch_module
 
 from .. import kernels
-from .ops import CHUNK, RMSNorm, Rows, _has_version, _version
+from .ops import CHUNK, RMSNorm, Rows, _has_version, _version, invariant
 
 
 def _products(block) -> tuple:
@@ -66,21 +66,31 @@ class _Watched:
     """Objects held in dicts (parameters in their modules' `_parameters`, modules in their parents' `_modules`, a
     product's quantized parts in its `__dict__`) and what each tensor among them was: its storage, shape, in-place
     version and dtype, and (last) the float product's instruction set, which decides bf16 panels' layout
-    (`ops.amx_layout`). Every forward pass asks `unchanged`, so it runs as C-level maps over tuples."""
+    (`ops.amx_layout`). Every forward pass asks `unchanged`, so it runs as C-level maps over tuples, the tensors
+    compared in one kernel call (`Watch`; builds from before it compare them here)."""
 
     def __init__(self, entries: list):
+        entries = list({(id(d), n, id(o)): (d, n, o) for d, n, o in entries}.values())   # each entry once
         self.dicts, self.names, self.objs = (tuple(c) for c in zip(*entries)) if entries else ((), (), ())
         self.tensors = tuple(o for o in self.objs if isinstance(o, torch.Tensor))
         self.versioned = tuple(t for t in self.tensors if _has_version(t))   # true inference tensors have none
+        native = getattr(kernels.load(), "Watch", None)
+        self.native = None if native is None else native(list(self.tensors))
         self.stamp = self._stamp()
 
+    def __reduce__(self):               # a copy or a pickle watches its own copies (`Watch` neither copies nor
+        return _Watched, (list(zip(self.dicts, self.names, self.objs)),)               # pickles)
+
     def _stamp(self) -> tuple:
+        if self.native is not None:
+            return (kernels.load().fp_isa(),)
         return (tuple(map(_PTR, self.tensors)), tuple(map(_SHAPE, self.tensors)), tuple(map(_VERSION, self.versioned)),
                 tuple(map(_DTYPE, self.tensors)), kernels.load().fp_isa())
 
     def unchanged(self) -> bool:
         try:
-            return all(map(is_, map(dict.get, self.dicts, self.names), self.objs)) and self._stamp() == self.stamp
+            return all(map(is_, map(dict.get, self.dicts, self.names), self.objs)) and self._stamp() == self.stamp \
+                and (self.native is None or self.native.unchanged())
         except RuntimeError:   # a counted tensor's `.data` became a true inference tensor (no counter): rebuild
             return False
 
@@ -156,7 +166,7 @@ def qlayer(block, x: torch.Tensor, rope, rows: Rows, index: int) -> torch.Tensor
     flat, cos, sin = _flat(x, rope)
     ks, vs = rows.caches(index)
     y = kernels.load().qlayer(flat, _norms32(block), *_quant_args(block), cos, sin, ks, vs, rows.seq, rows.slot,
-                              rows.ctx, rows.extra, rows.n_extra, *_shape(block), CHUNK)
+                              rows.ctx, rows.extra, rows.n_extra, *_shape(block), CHUNK, *rows.panels(index, False))
     return y.view(x.shape)
 
 
@@ -164,10 +174,13 @@ class _Stack:
     """The kernels' `Stack` over a model's decoder layers, and what it was built from: the layer modules (held in
     their parents), their parameters and their quantized parts."""
 
-    def __init__(self, blocks: nn.ModuleList):
-        self.kernel, self.size = kernels.load().Stack(), len(blocks)
-        self.floats = any(kind(b) == "float" for b in blocks)          # layers that read stores of laid-out chunks
+    def __init__(self, blocks: nn.ModuleList, norm: RMSNorm | None):
+        self.kernel, self.size, self.norm = kernels.load().Stack(), len(blocks), norm
+        self.pairs = any(b.attn.wqkv.act_bf16 for b in blocks)         # bf16a's attention (watched below)
         watch = [(blocks._modules, name, b) for name, b in blocks._modules.items()]
+        if norm is not None:                                            # the final norm, run in the same call
+            self.kernel.set_norm(norm.weight32(), norm.eps)
+            watch += _watch((norm,)) + [(vars(norm), "eps", norm.eps)]
         for block in blocks:
             a = block.attn
             if kind(block) == "float":
@@ -182,8 +195,8 @@ class _Stack:
                       for name in ("quant", "int8", "act_bf16")]
         self.watched = _Watched(watch)
 
-    def valid(self, blocks: nn.ModuleList) -> bool:
-        return len(blocks) == self.size and self.watched.unchanged()
+    def valid(self, blocks: nn.ModuleList, norm: RMSNorm | None) -> bool:
+        return len(blocks) == self.size and norm is self.norm and self.watched.unchanged()
 
     def __reduce__(self):               # the kernel object neither copies nor pickles: a copy builds its own
         return _nothing, ()
@@ -202,21 +215,32 @@ def _hooked(blocks: nn.ModuleList) -> bool:
                 any(b._forward_hooks or b._forward_pre_hooks for b in blocks))
 
 
-def stack(blocks: nn.ModuleList, layer_type: type, x: torch.Tensor, rope, rows: Rows) -> torch.Tensor | None:
-    """All of `blocks` over x [batch, n, D] fp32 in one kernel call (`kernels/stack.cpp`): each block's `layer` or
-    `qlayer` call, in order, so the same bits. None where that cannot be: a block not exactly a `layer_type` with
-    its class's own forward, not a plain decoder layer (`kind`), or hooked. -> [batch, n, D] fp32."""
+def _native_norm(final) -> RMSNorm | None:
+    """`final` where the kernels can run it as its own forward would (an RMSNorm as it is, unhooked), else None."""
+    if type(final) is not RMSNorm or "forward" in final.__dict__ or final._forward_hooks or \
+            final._forward_pre_hooks or not invariant(final.weight) or final.weight.shape[-1] % 8:
+        return None
+    return final
+
+
+def stack(blocks: nn.ModuleList, layer_type: type, x: torch.Tensor, rope, rows: Rows,
+          final: nn.Module | None = None) -> torch.Tensor | None:
+    """All of `blocks` over x [batch, n, D] fp32 in one kernel call (`kernels/stack.cpp`), then `final` (the
+    model's final norm, if given): each block's `layer` or `qlayer` call, in order, and the norm's `rms_norm` in the
+    same call where it is a plain RMSNorm, so the same bits. None where that cannot be: a block not exactly a
+    `layer_type` with its class's own forward, not a plain decoder layer (`kind`), or hooked. -> [batch, n, D] fp32."""
     if not len(blocks) or _hooked(blocks) or any(type(b) is not layer_type or "forward" in b.__dict__
                                                  for b in blocks):
         return None
+    norm = _native_norm(final) if hasattr(kernels.load().Stack, "set_norm") else None   # (builds from before it)
     s = blocks.__dict__.get("_stack")
-    if s is None or not s.valid(blocks):
+    if s is None or not s.valid(blocks, norm):
         if not all(kind(b) for b in blocks):
             return None
-        s = blocks.__dict__["_stack"] = _Stack(blocks)
+        s = blocks.__dict__["_stack"] = _Stack(blocks, norm)
     flat, cos, sin = _flat(x, rope)
     segments = rows.segments
     y = s.kernel.run(flat, cos, sin, [c.k for c, *_ in segments], [c.v for c, *_ in segments],
                      [b for _, b, *_ in segments], rows.seq, rows.slot, rows.ctx, rows.extra, rows.n_extra, CHUNK,
-                     *(rows.stores(any(b.attn.wqkv.act_bf16 for b in blocks)) if s.floats else ()))
-    return y.view(x.shape)
+                     *rows.stores(s.pairs)).view(x.shape)
+    return y if final is None or norm is not None else final(y)

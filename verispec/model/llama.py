@@ -83,6 +83,20 @@ def rotary(cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype) -> tuple[to
     return torch.cat((cos, cos), -1)[:, None].to(dtype), torch.cat((-sin, sin), -1)[:, None].to(dtype)
 
 
+def _whole_mask(mask, cache: KVCache) -> torch.Tensor | None:
+    """A pass's mask over its last w slots ([..., n, w], or a `RowPlan`'s; None: causal) spelled out over every
+    slot of `cache` up to the pass's own, on the cache's device (what a fixed-shape pass reads)."""
+    if isinstance(mask, ops.RowPlan):
+        mask = mask.mask
+    if mask is None:
+        return None
+    width = cache.length + mask.shape[-2]
+    mask = mask.to(cache.k.device)
+    if mask.shape[-1] == width:
+        return mask
+    return torch.cat([mask.new_ones(*mask.shape[:-1], width - mask.shape[-1]), mask], -1)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
@@ -199,11 +213,13 @@ class Llama(nn.Module):
         return tuple(t[positions.to(t.device)] for t in self._rope)
 
     def forward(self, tokens: torch.Tensor | None, positions: torch.Tensor, cache: KVCache | None,
-                mask: torch.Tensor | None = None, embeds: torch.Tensor | None = None) -> torch.Tensor:
+                mask=None, embeds: torch.Tensor | None = None) -> torch.Tensor:
         """Run n new tokens through the model, appending their keys/values to `cache`.
 
         tokens, positions: [batch, n] (positions are RoPE positions; for trees they are depths, not slots).
-        mask: [batch, n, cache.length + n] bool, True where a new token may attend; None means causal.
+        mask: [batch, n, cache.length + n] bool, True where a new token may attend; None means causal. A mask
+        [batch, n, w] covers the last w slots only: every row sees the slots before them. An `ops.RowPlan` (batch
+        1): such a mask with its rows planned once, for every pass of its shape.
         Returns the final-normed hidden states [batch, n, D]; `logits` turns them into [batch, n, vocab].
         embeds [batch, n, D], instead of tokens: input vectors fed in place of token embeddings (an EAGLE head).
 
@@ -216,13 +232,17 @@ class Llama(nn.Module):
         if cache is not None and b == 1 and graphs.enabled(self.device) and not torch.is_grad_enabled():
             if self._graphs is None:
                 self._graphs = graphs.GraphRunner(self)
-            hidden = self._graphs(tokens, positions, cache, mask, embeds)
+            hidden = self._graphs(tokens, positions, cache, _whole_mask(mask, cache), embeds)
             if hidden is not None:
                 return hidden
         x = self.embed(tokens) if embeds is None else embeds                  # [batch, n, D]
         rows = None
-        if cache is not None:
-            masks = [None] * b if mask is None else list(mask.reshape(-1, t, cache.length + t).expand(b, -1, -1))
+        if mask is None and b == 1 and cache is not None:
+            mask = ops.RowPlan.chain(t)                                        # a chain's rows, planned once
+        if isinstance(mask, ops.RowPlan):
+            rows = mask.at(cache)
+        elif cache is not None:
+            masks = [None] * b if mask is None else list(mask.reshape(-1, t, mask.shape[-1]).expand(b, -1, -1))
             rows = ops.Rows.plan([(cache, i, t, m) for i, m in enumerate(masks)])
         hidden = self._run(x, positions, rows)
         if cache is not None:
@@ -259,9 +279,9 @@ class Llama(nn.Module):
             x = x.float()
         rope = self.rope(positions)
         if rows is not None and rows.kernels and ops.fused(x):
-            y = fused.stack(self.layers, Block, x, rope, rows)                   # every layer in one kernel call
-            if y is not None:
-                return self.norm(y)
+            y = fused.stack(self.layers, Block, x, rope, rows, self.norm)       # every layer and the final
+            if y is not None:                                                      # norm in one kernel call
+                return y
         for i, block in enumerate(self.layers):
             x = block(x, rope, rows, i)
         return self.norm(x)

@@ -13,15 +13,14 @@ row alone would, and tests compare the fast path with it bit for bit.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .. import kernels
+from .rows import CHUNK, RowPlan, Rows, store_kind  # noqa: F401  (the model's modules read them here)
 
-CHUNK = 128             # attention's split-KV chunk, in logical key positions (part of the numerics)
 _reference = [False]
 _pytorch = [False]
 
@@ -222,89 +221,6 @@ def silu_mul(gate_up: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         return (F.silu(gate) * up).to(dtype)
     rows = gate_up.reshape(-1, gate_up.shape[-1]).contiguous()
     return kernels.load().silu_mul(rows).view(*gate_up.shape[:-1], -1).to(dtype)
-
-
-@dataclass
-class Rows:
-    """Which keys each new row of a pass attends to: row r, of segment seq[r], sees slots [0, ctx[r]) of its
-    segment's cache and then slots extra[r, :n_extra[r]], in that order: exactly the keys, in the order, that it
-    would see decoded alone (a chain row: the context and the rows before it; a tree row: the context and its
-    ancestors). A segment is one sequence: (cache, batch index); a pass may hold several (a packed batch)."""
-    seq: torch.Tensor          # [R] int64
-    slot: torch.Tensor         # [R] int64: the cache slot row r's own key and value go to
-    ctx: torch.Tensor          # [R] int64
-    extra: torch.Tensor        # [R, E] int64 slots (padding past n_extra)
-    n_extra: torch.Tensor      # [R] int64
-    segments: list             # [(cache, batch index, start, n rows)]
-    kernels: bool = True       # the model's shapes suit the kernels (head size, widths multiples of 8)
-
-    @property
-    def sizes(self) -> list[int]:
-        return [n for *_, n in self.segments]
-
-    def caches(self, layer: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """Each segment's keys and values of `layer`: two lists of [kv_heads, capacity, d]."""
-        kv = [c.sequence(layer, b) for c, b, _, _ in self.segments]
-        return [k for k, _ in kv], [v for _, v in kv]
-
-    def stores(self, pairs: bool) -> tuple:
-        """The kernels' arguments for laid-out chunks of bf16 caches on the CPU (`store_kind`): each segment's
-        cache's whole store (`KVCache.panels`), [layers, batch, ...], and its flags; () where there are none (so
-        builds from before them run every dtype but bf16a, scripts/kernels_ab.py). pairs: bf16a's attention."""
-        caches = [c for c, *_ in self.segments]
-        kinds = {store_kind(c.k.dtype, c.k.device, c.k.shape[-1], pairs) for c in caches}
-        kind = kinds.pop() if len(kinds) == 1 else None
-        if kind is None:
-            return ()
-        made = [c.panels(CHUNK, kind) for c in caches]
-        return [p for p, _ in made], [f for _, f in made]
-
-    def panels(self, layer: int, pairs: bool) -> tuple:
-        """`stores`, each segment's entry of `layer`."""
-        stores = self.stores(pairs)
-        if not stores:
-            return ()
-        entries = [(layer, b) for _, b, *_ in self.segments]
-        return tuple([t[i][b] for t, (i, b) in zip(whole, entries)] for whole in stores)
-
-    @classmethod
-    def plan(cls, segments: list[tuple]) -> "Rows":
-        """segments: [(cache, batch index, n new rows, mask [n, start + n] bool or None (causal))]."""
-        seq, slot, ctx, extras, counts, segs = [], [], [], [], [], []
-        for s, (cache, b, n, mask) in enumerate(segments):
-            start = cache.length
-            cache.stale(start)                                  # slots a failed pass may have written
-            segs.append((cache, b, start, n))
-            seq.append(torch.full((n,), s, dtype=torch.long))
-            slot.append(torch.arange(start, start + n))
-            if mask is None:                                    # a chain: row i sees slots [0, start + i]
-                ctx.append(torch.arange(start + 1, start + n + 1))
-                extras.append(torch.zeros(n, 0, dtype=torch.long))
-                counts.append(torch.zeros(n, dtype=torch.long))
-                continue
-            mask = mask.reshape(n, start + n).cpu()
-            shared = int(mask.all(0).long().cumprod(0).sum())   # leading slots every row sees
-            cols = mask[:, shared:]                              # [n, start + n - shared]
-            count = cols.sum(1)
-            order = torch.argsort((~cols).to(torch.int8), dim=1, stable=True)   # visible slots first, ascending
-            ctx.append(torch.full((n,), shared, dtype=torch.long))
-            extras.append(order[:, :int(count.max()) if n else 0] + shared)
-            counts.append(count)
-        width = max((e.shape[1] for e in extras), default=0)
-        extra = torch.cat([F.pad(e, (0, width - e.shape[1])) for e in extras]) if extras else torch.zeros(0, 0)
-        return cls(torch.cat(seq), torch.cat(slot), torch.cat(ctx), extra.long().contiguous(), torch.cat(counts), segs)
-
-
-def store_kind(dtype: torch.dtype, device: torch.device, head_dim: int, pairs: bool) -> str | None:
-    """How attention over a cache of `dtype` keys on `device` keeps its full chunks laid out (`KVCache.panels`), or
-    None: "pairs" for bf16a's pair products (kernels/attention_pairs.h), "tiles" where bf16 attention runs on
-    AMX-BF16 tiles (kernels/aamx.h: its packed keys, then values); either way reading the store gives the bits of
-    laying the chunk out afresh."""
-    if dtype != torch.bfloat16 or torch.device(device).type != "cpu":
-        return None
-    if pairs:
-        return "pairs" if CHUNK % 16 == 0 and head_dim % 16 == 0 else None
-    return "tiles" if CHUNK % 32 == 0 and head_dim % 32 == 0 and kernels.bf16_on_amx() else None
 
 
 def attend(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rows: Rows, layer: int,

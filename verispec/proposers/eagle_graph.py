@@ -21,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..model import graphs
+from ..model.rows import RowPlan
 from ..sampling import probs, sample, top_tokens
 from ..tree import TokenTree
 from .base import rank_plan, ranked
@@ -35,6 +36,7 @@ class _Depth:
         self.m, self.used = m, used               # expanded nodes, head-cache slots the tree used before them
         self.feat_idx, self.tok_idx = feat_idx, tok_idx   # [m]: their parents' feature rows, their pick rows
         self.rel = rel                            # [m, used + m] bool: the tree's slots each one sees
+        self.rows = None if rel is None else RowPlan(m, rel)    # its head pass's rows, planned once
 
 
 def plan_static(tree: TokenTree, device) -> list[_Depth]:
@@ -120,16 +122,17 @@ def chain_draft(head, k: int, sampling, root: torch.Tensor, head_pass, u: torch.
     return torch.stack(rows), torch.stack(qs)
 
 
-def eager_pass(head, cache, n: int):
-    """A head pass as the head runs it (its cache grows by the pass; the proposer truncates it afterwards)."""
-    start = cache.length
+def eager_pass(head, cache, n: int, plan: list[_Depth] = ()):
+    """A head pass as the head runs it (its cache grows by the pass; the proposer truncates it afterwards). A rel
+    mask covers the tree's draft entries, after the context every row sees; a static tree's (`plan`) comes with
+    its rows planned once."""
+    planned = {id(depth.rel): depth.rows for depth in plan if depth.rel is not None}
 
     def run(f, tokens, d, used, rel):
         m = len(tokens)
         positions = torch.full((1, m), n - 2 + d, device=f.device)                            # [1, m]
-        mask = None if rel is None else \
-            torch.cat([torch.ones(m, start, dtype=torch.bool, device=f.device), rel], 1)[None]   # [1, m, S]
-        return head(f[None], tokens[None], positions, cache, mask)[0]
+        rows = RowPlan.chain(m) if rel is None else planned.get(id(rel)) or RowPlan(m, rel)
+        return head(f[None], tokens[None], positions, cache, rows)[0]
     return run
 
 
