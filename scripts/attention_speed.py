@@ -3,7 +3,7 @@ shapes (9 query heads, 3 key/value heads, 64 wide, bf16 cache), a chain of n row
 of 31 calls. Run it from two checkouts to compare versions side by side:
 
     python scripts/attention_speed.py
-    PYTHONPATH=/path/to/other/checkout python scripts/attention_speed.py
+    PYTHONPATH=/path/to/other/checkout python scripts/checkout_run.py scripts/attention_speed.py
 """
 import torch
 

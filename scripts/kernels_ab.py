@@ -4,7 +4,8 @@ by 15-30% between runs, so separate runs cannot show a 10% change).
     python scripts/kernels_ab.py MODEL DTYPE N ROUNDS BUILD_DIR_A BUILD_DIR_B [--rows=R1,R2,...] [--other-bits]
 
 A build directory is `verispec.kernels.build_dir()` of a checkout after one `kernels.load()`; for another
-checkout: `PYTHONPATH=/path/to/it python -c "from verispec import kernels; kernels.load(); print(kernels.build_dir())"`.
+checkout: `PYTHONPATH=/path/to/it python scripts/checkout_run.py FILE` with FILE holding `from verispec import kernels;
+kernels.load(); print(kernels.build_dir())` (plain PYTHONPATH is shadowed by the venv's editable install).
 Prefills the first N tokens of the first long prompt that has N (../shared/data/prompts/long.jsonl; else the
 longest) with each build in turn, ROUNDS times, checks that both give the same hidden states bit for bit, and prints
 each build's median and B/A.

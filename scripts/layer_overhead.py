@@ -3,7 +3,7 @@ cached ones, default model, bf16, no logits) against the same 30 kernel calls wi
 The difference is the Python per step outside the kernels. Run it from two checkouts to compare:
 
     python scripts/layer_overhead.py
-    PYTHONPATH=/path/to/other/checkout python scripts/layer_overhead.py
+    PYTHONPATH=/path/to/other/checkout python scripts/checkout_run.py scripts/layer_overhead.py
 """
 import torch
 

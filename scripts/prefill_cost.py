@@ -3,7 +3,7 @@ whose attention takes the bf16 pair products), 2 threads, the first token's logi
 attention over the same rows. Run it from two checkouts to compare:
 
     python scripts/prefill_cost.py [N] [DTYPE]
-    PYTHONPATH=/path/to/other/checkout python scripts/prefill_cost.py [N] [DTYPE]
+    PYTHONPATH=/path/to/other/checkout python scripts/checkout_run.py scripts/prefill_cost.py [N] [DTYPE]
 """
 import sys
 import time

@@ -3,7 +3,7 @@ trees of 4, 8, 16, 32 and 64 nodes (+ root), after CONTEXT cached tokens (defaul
 default model. Run it from two checkouts to compare versions side by side:
 
     python scripts/tree_cost.py [DTYPE [CONTEXT]]      (bf16, the default; bf16a, fp32, gguf or gguf-q8)
-    PYTHONPATH=/path/to/other/checkout python scripts/tree_cost.py
+    PYTHONPATH=/path/to/other/checkout python scripts/checkout_run.py scripts/tree_cost.py
     VERISPEC_ISA=avx512 python scripts/tree_cost.py gguf-q8      (the integer product kept off AMX)
 """
 import statistics
