@@ -102,6 +102,22 @@ def test_the_kv_budget_admits_requests_by_the_cache_they_need(tiny):
     assert together and max(together) == 1 and server.kv.used == 0
 
 
+def test_the_kv_budget_counts_a_draft_models_cache(tiny, tiny_dir):
+    """A draft model keeps a KV cache per sequence beside the target's: a request decoded with it needs both. A
+    budget of 100 target slots and a draft as large as the target: 54 slots fit plainly, not with the draft (108)."""
+    per_token = kv_bytes_per_token(tiny.model)
+    server = Server(tiny, "draft", draft=str(tiny_dir), limits=Limits(kv_cache_mb=100 * per_token / 2 ** 20),
+                    allowed_methods=["draft", "plain"])
+    prompt = "a b c d e f g h"                                          # 8 tokens: 8 + 45 + 1 = 54 slots
+    with serving(server) as base:
+        e = error(post(base, "/v1/completions", completion(tiny, prompt, max_tokens=45)), 400)
+        assert e["code"] == "kv_budget_exceeded"
+        plainly = completion(tiny, prompt, max_tokens=45, speculative={"method": "plain"})
+        assert post(base, "/v1/completions", plainly).status_code == 200
+        assert post(base, "/v1/completions", completion(tiny, prompt, max_tokens=20)).status_code == 200   # 58
+    assert server.kv.used == 0
+
+
 def test_k_is_capped_by_the_server(tiny):
     server = Server(tiny, "ngram", limits=Limits(max_k=4))
     with serving(server) as base:

@@ -152,3 +152,12 @@ def store_kind(dtype: torch.dtype, device: torch.device, head_dim: int, pairs: b
     if pairs:
         return "pairs" if CHUNK % 16 == 0 and head_dim % 16 == 0 else None
     return "tiles" if CHUNK % 32 == 0 and head_dim % 32 == 0 and kernels.bf16_on_amx() else None
+
+
+def kv_bytes_per_token(model) -> int:
+    """Keys and values of one token over all of `model`'s layers; twice that where its caches also keep their chunks
+    laid out (`KVCache.panels`: bf16a, or bf16 attention on AMX tiles, on the CPU, float layers or quantized)."""
+    c = model.cfg
+    kv = 2 * c.num_layers * c.num_kv_heads * c.head_dim * model.dtype.itemsize
+    pairs = any(getattr(m, "act_bf16", False) for m in model.modules())
+    return 2 * kv if store_kind(model.dtype, model.device, c.head_dim, pairs) else kv

@@ -110,6 +110,11 @@ class Proposer:
     def observe(self, hidden: torch.Tensor) -> None:
         """hidden: [m, D] the target's final hidden states at the positions kept this cycle (reads_features)."""
 
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of KV cache this proposer keeps per token of a sequence (a draft model's, an EAGLE head's caches):
+        what the server's KV budget charges beside the target's."""
+        return 0
+
     def behind(self, context: list[int]) -> int:
         """Tokens of `context` the proposer would have to read before drafting after it (a draft model's catch-up
         on what was decoded while it sat idle); auto k charges them to a probe."""

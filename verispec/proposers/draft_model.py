@@ -12,6 +12,7 @@ import torch
 
 from ..model.host import upload
 from ..model.llama import Llama
+from ..model.rows import kv_bytes_per_token
 from ..sampling import SamplingConfig, probs, sample, top_tokens
 from .base import Proposal, Proposer, widen
 
@@ -28,6 +29,9 @@ class DraftModelProposer(Proposer):
     def prepare(self, capacity: int) -> None:
         if self.cache is None or self.cache.capacity < capacity:
             self.cache, self._seen, self.unread = self.model.new_cache(capacity), [], None
+
+    def kv_bytes_per_token(self) -> int:
+        return kv_bytes_per_token(self.model)
 
     @staticmethod
     def draft_together(jobs):   # sequences sharing this draft model draft in packed passes (serve.batch)

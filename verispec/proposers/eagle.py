@@ -31,6 +31,7 @@ import torch
 from ..model import graphs
 from ..model.eagle import EagleHead
 from ..model.host import upload
+from ..model.rows import kv_bytes_per_token
 from ..sampling import SamplingConfig
 from ..tree import TokenTree, build_tree, tree_from_acceptance
 from .base import Proposal, Proposer, top_choices, widen
@@ -86,6 +87,9 @@ class EagleProposer(Proposer):
         self.cache.truncate(0)
         self.known = self.fed = 0
         self.lookup = LookupRates(self.graft)
+
+    def kv_bytes_per_token(self) -> int:
+        return kv_bytes_per_token(self.head.decoder)
 
     def observe(self, hidden: torch.Tensor) -> None:
         """hidden: [m, D] the target's features at the positions it kept (appended in order)."""

@@ -111,12 +111,13 @@ class Server:
                                    sampling=SamplingConfig(req.temperature, 0, req.top_p),
                                    stop_token_ids=tok.stop_token_ids)
             job = Job(method, asyncio.get_running_loop(), pinned=req.seed is not None and req.temperature > 0)
-            job.sequence = Sequence(self.target.model, self.proposer(method), prompt_ids, cfg, self.profile,
-                                    job.on_tokens)
+            proposer = self.proposer(method)
+            job.sequence = Sequence(self.target.model, proposer, prompt_ids, cfg, self.profile, job.on_tokens)
         except VerispecError as e:
             code = "context_length_exceeded" if "context" in str(e) else "invalid_value"
             raise APIError(400, str(e), code) from None
-        self.kv.check(job.sequence.capacity)
+        job.kv_need = self.kv.need(job.sequence.capacity, proposer.kv_bytes_per_token() if proposer else 0)
+        self.kv.check(job.kv_need)
         return job
 
     def submit(self, job: Job) -> None:

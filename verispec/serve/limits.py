@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import VerispecError
+from ..model.rows import kv_bytes_per_token  # noqa: F401  (the server's budget reads it here)
 from .errors import APIError
 
 
@@ -83,30 +84,26 @@ class Limits:
 
 
 class KVBudget:
-    """KV cache memory in token slots: admitted sequences hold `capacity` slots each until they leave."""
+    """KV cache memory in token slots of the target's caches (`bytes_per_token` each): admitted sequences hold
+    `need(capacity, ...)` slots each until they leave: their target cache's and their proposer's."""
 
     def __init__(self, megabytes: float, bytes_per_token: int):
         self.bytes_per_token = bytes_per_token
         self.slots = int(megabytes * 2 ** 20 // bytes_per_token)
         self.used = 0
 
-    def fits(self, capacity: int) -> bool:
-        return self.used + capacity <= self.slots
+    def need(self, capacity: int, proposer_bytes: int = 0) -> int:
+        """Slots a sequence of `capacity` tokens holds: its target cache, and its proposer's caches of
+        `proposer_bytes` a token (a draft model's, an EAGLE head's), counted in target slots, rounded up."""
+        return -(-capacity * (self.bytes_per_token + proposer_bytes) // self.bytes_per_token)
 
-    def check(self, capacity: int) -> None:
+    def fits(self, slots: int) -> bool:
+        return self.used + slots <= self.slots
+
+    def check(self, slots: int) -> None:
         """Reject a request that could never be admitted, even alone."""
-        if capacity > self.slots:
-            need = capacity * self.bytes_per_token / 2 ** 20
+        if slots > self.slots:
+            need = slots * self.bytes_per_token / 2 ** 20
             raise APIError(400, f"the request needs {need:.0f} MiB of KV cache; this server's budget is "
                                 f"{self.slots * self.bytes_per_token / 2 ** 20:.0f} MiB", "kv_budget_exceeded",
                            "max_tokens")
-
-
-def kv_bytes_per_token(model) -> int:
-    """Keys and values of one token over all layers; twice that where the caches also keep their chunks laid out
-    (`KVCache.panels`: bf16a, or bf16 attention on AMX tiles, on the CPU)."""
-    from ..model.ops import store_kind
-    c = model.cfg
-    kv = 2 * c.num_layers * c.num_kv_heads * c.head_dim * model.dtype.itemsize
-    pairs = any(getattr(m, "act_bf16", False) for m in model.modules())
-    return 2 * kv if store_kind(model.dtype, model.device, c.head_dim, pairs) else kv

@@ -50,6 +50,7 @@ class Job:
     tokens: int = 0
     cancelled: str | None = None           # why the request side stopped it: "disconnected" or "stop"
     prefill: Prefill | None = None         # its prompt's prefill, from admission
+    kv_need: int = 0                       # KV budget it needs (`KVBudget.need`; 0: its capacity)
     kv_slots: int = 0                      # KV budget it holds (token slots), from admission until it leaves
     stats: object = None                   # the sequence's GenerationStats, once done
 
@@ -212,9 +213,10 @@ class Scheduler:
         while self.waiting and len(self.batch) + len(self.prefilling) < self.max_batch:
             job = self.waiting[0]
             if self.kv is not None:
-                if not self.kv.fits(job.sequence.capacity):
+                need = job.kv_need or job.sequence.capacity
+                if not self.kv.fits(need):
                     break                            # first come, first served: wait for cache to free up
-                job.kv_slots = job.sequence.capacity
+                job.kv_slots = need
                 self.kv.used += job.kv_slots
             self.waiting.popleft()
             self._drop_waiting([job])
