@@ -67,16 +67,8 @@ class Rows:
             segs.append((cache, b, start, n))
             seq.append(torch.full((n,), s, dtype=torch.long))
             slot.append(torch.arange(start, start + n))
-            if mask is None:                                    # a chain: row i sees slots [0, start + i]
-                ctx.append(torch.arange(start + 1, start + n + 1))
-                extras.append(torch.zeros(n, 0, dtype=torch.long))
-                counts.append(torch.zeros(n, dtype=torch.long))
-                continue
-            if isinstance(mask, RowPlan):                       # planned once already
-                c, e, count = mask.placed(start)
-            else:
-                mask = mask.reshape(n, -1).cpu()
-                c, e, count = _seen(mask, start + n - mask.shape[1])
+            plan = mask if isinstance(mask, RowPlan) else RowPlan.chain(n) if mask is None else RowPlan(n, mask)
+            c, e, count = plan.placed(start)
             ctx.append(c)
             extras.append(e)
             counts.append(count)
@@ -85,16 +77,15 @@ class Rows:
         return cls(torch.cat(seq), torch.cat(slot), torch.cat(ctx), extra.long().contiguous(), torch.cat(counts), segs)
 
 
-def _seen(mask: torch.Tensor, before: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """mask [n, w] bool over the w slots after the first `before` (which every row sees) -> each row's ctx [n],
-    extra [n, E] and n_extra [n] (`Rows`): the slots every row sees from the start, then its own, ascending."""
+def _seen(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """mask [n, w] bool -> each row's ctx [n], extra [n, E] and n_extra [n] (`Rows`), counted from the mask's first
+    slot: the slots every row sees from there, then its own, ascending."""
     n = mask.shape[0]
     lead = int(mask.all(0).long().cumprod(0).sum())             # leading slots every row sees
     cols = mask[:, lead:]                                        # [n, w - lead]
     count = cols.sum(1)
     order = torch.argsort((~cols).to(torch.int8), dim=1, stable=True)       # visible slots first, ascending
-    shared = before + lead
-    return torch.full((n,), shared, dtype=torch.long), order[:, :int(count.max()) if n else 0] + shared, count
+    return torch.full((n,), lead, dtype=torch.long), order[:, :int(count.max()) if n else 0] + lead, count
 
 
 _CHAINS: dict[int, "RowPlan"] = {}
@@ -114,7 +105,7 @@ class RowPlan:
         else:                                                   # relative to the first slot the mask covers
             mask = mask.reshape(n, -1).cpu()
             self.back = mask.shape[1] - n
-            self.ctx, extra, self.count = _seen(mask, 0)
+            self.ctx, extra, self.count = _seen(mask)
             self.extra = extra.long().contiguous()
 
     @classmethod

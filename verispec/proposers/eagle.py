@@ -153,11 +153,10 @@ class EagleProposer(Proposer):
         return mask
 
     def _on_device(self, key: tuple, draft, passes: list[tuple[int, int]], root: torch.Tensor, n: int,
-                   extra: torch.Tensor | None = None, plan: list = ()):
+                   extra: torch.Tensor | None = None):
         """draft(root [D], head_pass, extra) run on the device: on a graphed device as one replayed graph per
         (cache, key) (`DraftGraph`), where the head cache has room for its head passes (used, m) padded to their
-        row buckets; else eagerly. extra: a host tensor the draft reads on the device (a chain's uniforms). plan: a
-        static tree's (`plan_static`), whose head passes' rows are planned already."""
+        row buckets; else eagerly. extra: a host tensor the draft reads on the device (a chain's uniforms)."""
         device, start = self.head.out.device, self.cache.length
         extra = None if extra is None else upload(extra, device)
         buckets = [graphs.bucket(m) for _, m in passes]
@@ -168,7 +167,7 @@ class EagleProposer(Proposer):
             if g is None:
                 g = self.graphs[key] = DraftGraph(self.head, self.cache, draft, device.type == "cuda")
             return g(root, start, n, extra)
-        return draft(root, eager_pass(self.head, self.cache, n, plan), extra)
+        return draft(root, eager_pass(self.head, self.cache, n), extra)
 
     def _static_tree(self, root: torch.Tensor, n: int, tree: TokenTree) -> Proposal:
         """A static tree drafted on the device (`static_draft`), left there: the engine reads the tokens back with
@@ -177,7 +176,7 @@ class EagleProposer(Proposer):
         if plan is None:
             plan = self.plans[tree.choices] = plan_static(tree, self.head.out.device)
         tokens = self._on_device(("static", tree.choices), lambda r, run, _: static_draft(self.head, plan, r, run),
-                                 [(d.used, d.m) for d in plan if d.m], root[0, 0], n, plan=plan)
+                                 [(d.used, d.m) for d in plan if d.m], root[0, 0], n)
         return Proposal(tree=tree, on_device=tokens)
 
     def _dynamic_tree(self, root: torch.Tensor, n: int, depth: int) -> Proposal:

@@ -35,8 +35,8 @@ class _Depth:
         self.groups, self.picks = groups, picks   # `rank_plan`'s groups; [count] picks
         self.m, self.used = m, used               # expanded nodes, head-cache slots the tree used before them
         self.feat_idx, self.tok_idx = feat_idx, tok_idx   # [m]: their parents' feature rows, their pick rows
-        self.rel = rel                            # [m, used + m] bool: the tree's slots each one sees
-        self.rows = None if rel is None else RowPlan(m, rel)    # its head pass's rows, planned once
+        # [m, used + m] bool: the tree's slots each one sees, with its head pass's rows planned once (`RowPlan`)
+        self.rel = None if rel is None else RowPlan(m, rel)
 
 
 def plan_static(tree: TokenTree, device) -> list[_Depth]:
@@ -69,7 +69,8 @@ def plan_static(tree: TokenTree, device) -> list[_Depth]:
 def static_draft(head, plan: list[_Depth], root: torch.Tensor, head_pass) -> torch.Tensor:
     """root [D] -> the static tree's tokens [N] (breadth-first). head_pass(f [m, D], token ids [m], d, used,
     rel) -> the head's predicted features [m, D] at depth d, their keys after `used` draft entries, each row
-    seeing the context and the draft entries where rel [m, used + m] is True (None: a chain's row, all of them):
+    seeing the context and the draft entries where rel [m, used + m] is True (a `RowPlan` of it, or the mask
+    itself; None: a chain's row, all of them):
     `eager_pass`, or `DraftGraph`'s fixed-shape pass."""
     feats, logits, levels = root[None], head.logits(root)[None], []        # [1, D], [1, H]: the root's row
     for d, depth in enumerate(plan, 1):
@@ -122,16 +123,14 @@ def chain_draft(head, k: int, sampling, root: torch.Tensor, head_pass, u: torch.
     return torch.stack(rows), torch.stack(qs)
 
 
-def eager_pass(head, cache, n: int, plan: list[_Depth] = ()):
+def eager_pass(head, cache, n: int):
     """A head pass as the head runs it (its cache grows by the pass; the proposer truncates it afterwards). A rel
-    mask covers the tree's draft entries, after the context every row sees; a static tree's (`plan`) comes with
-    its rows planned once."""
-    planned = {id(depth.rel): depth.rows for depth in plan if depth.rel is not None}
+    mask covers the tree's draft entries, after the context every row sees (a static tree's comes planned)."""
 
     def run(f, tokens, d, used, rel):
         m = len(tokens)
         positions = torch.full((1, m), n - 2 + d, device=f.device)                            # [1, m]
-        rows = RowPlan.chain(m) if rel is None else planned.get(id(rel)) or RowPlan(m, rel)
+        rows = rel if isinstance(rel, RowPlan) else RowPlan.chain(m) if rel is None else RowPlan(m, rel)
         return head(f[None], tokens[None], positions, cache, rows)[0]
     return run
 
@@ -167,6 +166,8 @@ class DraftGraph:
         slots = self.start + used + r                                                                # [R]
         j = self.cols - self.start                                        # [C] each slot's place from the start
         width = used + rows
+        if isinstance(rel, RowPlan):
+            rel = rel.mask
         if rel is None:                                                   # a chain's one row: every entry
             rel = torch.ones(m, used + m, dtype=torch.bool, device=x.device)
         rel = torch.cat([torch.cat([rel, rel.new_zeros(m, rows - m)], 1),
