@@ -89,3 +89,28 @@ def test_tree_verification_computes_p_only_where_it_reads(target_fp32, monkeypat
             seq.finish(step, hidden, model.logits(hidden) if upfront else None)
         runs.append(seq.result().token_ids)
     assert runs[0] == runs[1] and len(runs[0]) == 20
+
+
+def test_a_sequence_can_be_driven_outside_inference_mode(target_bf16):
+    """`Engine.sequence`'s steps (prefill, plan, finish) called from plain code, after `generate` made the EAGLE
+    head's cache and its store of laid-out chunks in inference mode: the same tokens, no refusal to update an
+    inference tensor (the head's cache is cleared, and its store's flags with it, at every prefill)."""
+    import torch
+
+    from verispec.api import make_engine
+    from verispec.model.rows import CHUNK
+    tok = target_bf16.tokenizer
+    engine = make_engine("eagle", target_bf16)
+    cfg = GenerationConfig(max_new_tokens=12, k=3, stop_token_ids=tok.stop_token_ids)
+    ids = tok.prompt_ids("Count: one two three one two three one two")
+    first = engine.generate(ids, cfg).token_ids
+    with torch.inference_mode():
+        engine.proposer.cache.panels(CHUNK, "pairs")        # a store, made in inference mode as the kernels make it
+    seq = engine.sequence(ids, cfg)
+    seq.prefill()
+    while not seq.done:
+        step = seq.plan(seq.draft_length())
+        with torch.inference_mode():
+            hidden = target_bf16.model(*step.inputs(seq.cache))
+        seq.finish(step, hidden)
+    assert seq.result().token_ids == first

@@ -179,6 +179,7 @@ class Sequence:
     def done(self) -> bool:
         return self.finish_reason is not None
 
+    @torch.inference_mode()
     def prefill(self, cache=None, cached_tokens: list[int] = ()) -> None:
         """Fill a cache with the prompt (reusing `cache` and the prefix it shares with `cached_tokens`, if given)
         and draw the first token."""
@@ -220,6 +221,7 @@ class Sequence:
     def context(self) -> list[int]:
         return self.prompt + self.out
 
+    @torch.inference_mode()
     def plan(self, k: int, proposal: Proposal | None = None) -> Pass:
         """Draft k tokens (unless `proposal` brings them, drafted together with other sequences) and lay out
         the target pass that checks them."""
@@ -241,6 +243,7 @@ class Sequence:
         self.stats.time_draft_s += time.perf_counter() - t0
         return Pass(proposal, tokens, positions, mask, start, newest)
 
+    @torch.inference_mode()
     def finish(self, step: Pass, hidden: torch.Tensor, logits: torch.Tensor | None = None) -> list[int]:
         """Accept from the target's hidden states [1, 1+n, D] of `step` (and their logits [1, 1+n, V], if the
         caller computed them already); return the tokens this cycle emitted."""
