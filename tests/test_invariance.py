@@ -143,6 +143,44 @@ def test_attention_gives_the_same_bits_with_every_instruction_set(dtype, pairs, 
         assert error < 1e-2, (heads, d, error)
 
 
+@pytest.mark.parametrize("dtype, pairs", [(torch.float32, False), (torch.bfloat16, False), (torch.bfloat16, True)])
+@pytest.mark.parametrize("heads, kv_heads, d", [(9, 3, 64), (14, 2, 64), (20, 1, 32)])
+def test_a_tree_row_equals_its_keys_laid_out_as_plain_context(dtype, pairs, heads, kv_heads, d):
+    """A tree row attends over the context, then its ancestors and itself: the same keys in the same order as a
+    decoding row whose cache holds them contiguously. Over contexts whose last chunk holds 0 to 127 context slots
+    (where the tile path computes the context's part of a shared chunk once for every tree row of it), every tree
+    row equals that decoding row bit for bit, in each path: fp32, bf16 (on AMX tiles where the machine has them),
+    bf16a's pair products."""
+    lib = kernels.load()
+    assert lib is not None, f"row-invariant kernels unavailable: {kernels.status()}"
+    g = torch.Generator().manual_seed(13)
+    for c in (31, 32, 100, 127, 128, 160, 250, 383, 500):
+        n = 12
+        parent = [-1] + [int(torch.randint(0, i, (1,), generator=g)) for i in range(1, n)]
+        k = (torch.randn(kv_heads, c + n, d, generator=g) * 2).to(dtype)
+        v = torch.randn(kv_heads, c + n, d, generator=g).to(dtype)
+        lines, extra = [], []
+        for i in range(n):
+            line, j = [], i
+            while j >= 0:
+                line.append(j)
+                j = parent[j]
+            lines.append(sorted(line))
+            extra.append([c + a for a in lines[-1]])
+        width = max(len(e) for e in extra)
+        q = torch.randn(n, heads, d, generator=g)
+        tree = lib.attention(q, [k], [v], torch.zeros(n, dtype=torch.long), torch.full((n,), c),
+                             torch.tensor([e + [0] * (width - len(e)) for e in extra]),
+                             torch.tensor([len(e) for e in extra]), d ** -0.5, ops.CHUNK, pairs)
+        for i in range(n):
+            keep = list(range(c)) + extra[i]                    # its keys, contiguous: a plain context
+            plain = lib.attention(q[i:i + 1], [k[:, keep].contiguous()], [v[:, keep].contiguous()],
+                                  torch.zeros(1, dtype=torch.long), torch.tensor([len(keep)]),
+                                  torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, dtype=torch.long),
+                                  d ** -0.5, ops.CHUNK, pairs)
+            assert torch.equal(tree[i:i + 1].view(torch.int32), plain.view(torch.int32)), (lib.fp_isa(), c, i)
+
+
 def reference_attention(q, ks, vs, seq, ctx, extra, n_extra):
     """Float64 attention of each row over its slots (context, then extra), for bounds on the kernels' error."""
     heads, kv_heads = q.shape[1], ks[0].shape[0]

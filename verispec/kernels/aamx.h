@@ -91,10 +91,19 @@ inline void pack_chunk(const T* k, const T* v, Row row, int64_t n32, int64_t D, 
 
 // C t = sum over `steps` of hi . B(step, t) + lo . B(step, t) (hi first), for the nt <= 4 B tiles t of each step
 // (B(step, t) at b + (step * b_step + t) * 512; A rows from hi, lo + step * 32, stride lda bytes), stored to
-// out + 16 t (stride ldc bytes). Tiles: C 0-3, A 4 (hi), 5 (lo), B 6, 7.
+// out + 16 t (stride ldc bytes). C starts at zero, or at init + 16 t (stride ldi bytes): sums an earlier call
+// stored, continued exactly (fp32 stored and loaded back). Tiles: C 0-3, A 4 (hi), 5 (lo), B 6, 7.
 VS_FAMX void tile_accumulate(const uint16_t* hi, const uint16_t* lo, int64_t lda, const uint16_t* b, int64_t b_step,
-                             int64_t steps, int64_t nt, float* out, int64_t ldc) {
-  _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+                             int64_t steps, int64_t nt, float* out, int64_t ldc, const float* init = nullptr,
+                             int64_t ldi = 0) {
+  if (init) {
+    _tile_loadd(0, init, ldi);
+    if (nt > 1) _tile_loadd(1, init + 16, ldi);
+    if (nt > 2) _tile_loadd(2, init + 32, ldi);
+    if (nt > 3) _tile_loadd(3, init + 48, ldi);
+  } else {
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+  }
   for (int64_t k = 0; k < steps; ++k) {
     const uint16_t* bk = b + k * b_step * 512;
     _tile_loadd(4, hi + 32 * k, lda);
@@ -183,15 +192,19 @@ VS_BF16 void tile_softmax(float* s, int64_t ls, int64_t P, int64_t Pt, const int
 }
 
 // o[p][0 .. D) = sum_j e[p, j] v_j for p < P, from the weights' hi and lo rows (wh, wl [..][n32], `tile_softmax`),
-// in tiles of Rt pairs: per 16 outputs one accumulation over the keys, 32 at a time.
+// in tiles of Rt pairs: per 16 outputs one accumulation over the keys, 32 at a time. Or over keys k0 .. k0 + 32 steps
+// only (vt: their tiles), each sum starting from the pair's row of init [P][D] (sums over the keys before k0).
 VS_FAMX void tile_weigh(int64_t P, int64_t Rt, int64_t n32, const uint16_t* vt, int64_t D, const uint16_t* wh,
-                        const uint16_t* wl, float* const* o) {
+                        const uint16_t* wl, float* const* o, int64_t k0 = 0, int64_t steps = -1,
+                        const float* init = nullptr) {
   alignas(64) float tmp[16 * 64];
   const int64_t DT = D / 16;
+  if (steps < 0) steps = n32 / 32;
   for (int64_t p0 = 0; p0 < P; p0 += Rt)
     for (int64_t c0 = 0; c0 < DT; c0 += 4) {          // up to 4 output tiles share each weight load
       const int64_t nc = std::min<int64_t>(4, DT - c0);
-      tile_accumulate(wh + p0 * n32, wl + p0 * n32, n32 * 2, vt + c0 * 512, DT, n32 / 32, nc, tmp, 256);
+      tile_accumulate(wh + p0 * n32 + k0, wl + p0 * n32 + k0, n32 * 2, vt + c0 * 512, DT, steps, nc, tmp, 256,
+                      init ? init + p0 * D + 16 * c0 : nullptr, D * 4);
       for (int64_t p = p0; p < std::min(P, p0 + Rt); ++p)
         for (int64_t c = 0; c < nc; ++c)
           _mm512_storeu_ps(o[p] + 16 * (c0 + c), _mm512_loadu_ps(tmp + (p - p0) * 64 + 16 * c));

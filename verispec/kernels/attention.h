@@ -50,6 +50,58 @@ inline void softmax_rows(bool wide, float* const* sp, int64_t P, int64_t n, int6
   }
 }
 
+// A mixed chunk on AMX tiles: nr rows of one sequence (first row's ctx, n_extra, extra at ctx, n_extra, xs; the same
+// context), whose chunk at key j0 holds their context's last cc = ctx - j0 >= 32 slots, then each row's extra slots.
+// The context keys' whole key tiles (16 keys) and value steps (32 keys) are packed once and multiplied for all P =
+// nr x group pairs in one tile pass; each row's keys after them are packed and multiplied for its own pairs. A
+// score is its key tile's own accumulation, so it has the same bits either way; a weighted sum continues from the
+// shared steps' sums, stored and loaded back exactly, over the same steps in the same order. So every pair has the
+// bits it has alone (a chunk of its own, `tile_scores`, `tile_softmax`, `tile_weigh` from zero), for the packing of
+// one chunk per item instead of one per row. n32: the widest row's keys rounded up to 32; configured: the tile rows
+// loaded (`configure_tiles`).
+template <typename T>
+void mixed_chunk(int64_t nr, int64_t P, int64_t group, int64_t D, int64_t C, int64_t j0, int64_t n32,
+                 const int64_t* ctx, const int64_t* n_extra, const int64_t* xs, int64_t E, const T* kbase,
+                 const T* vbase, const uint16_t* qh, const uint16_t* ql, float scale, const uint16_t** kr,
+                 const uint16_t** vr, uint16_t* kt, uint16_t* vt, uint16_t* kt2, uint16_t* vt2, float* s,
+                 const int64_t* nk, float* mx, float* l, uint16_t* wh, uint16_t* wl, float* part, float* const* op,
+                 int64_t& configured) {
+  const int64_t ls = C + 8, ks = (ctx[0] - j0) / 16 * 16, vs = (ctx[0] - j0) / 32 * 32;   // shared keys: scores, sums
+  const auto slot = [&](int64_t i, int64_t j) {         // row i's key j of the chunk (padding: its last real key)
+    const int64_t n = std::min(ctx[i] + n_extra[i], j0 + C) - j0, lj = j0 + std::min(j, n - 1);
+    return (lj < ctx[i] ? lj : xs[i * E + lj - ctx[i]]) * D;
+  };
+  const auto tiles_of = [&](int64_t rows) {
+    const int64_t Rt = tile_rows(rows);
+    if (Rt != configured) configure_tiles(Rt), configured = Rt;
+    return Rt;
+  };
+  for (int64_t j = 0; j < ks; ++j) kr[j] = reinterpret_cast<const uint16_t*>(kbase + (j0 + j) * D);
+  for (int64_t j = 0; j < vs; ++j) vr[j] = reinterpret_cast<const uint16_t*>(vbase + (j0 + j) * D);
+  pack_keys(kr, ks, D, kt);
+  pack_values(vr, vs, D, vt);
+  tile_scores(qh, ql, P, tiles_of(P), kt, ks, D, s, ls);
+  for (int64_t i = 0; i < nr; ++i) {                    // each row's keys after the shared ones
+    const int64_t n = std::min(ctx[i] + n_extra[i], j0 + C) - j0, m32 = (n + 31) / 32 * 32;
+    for (int64_t j = ks; j < m32; ++j) kr[j] = reinterpret_cast<const uint16_t*>(kbase + slot(i, j));
+    pack_keys(kr + ks, m32 - ks, D, kt2);
+    tile_scores(qh + i * group * D, ql + i * group * D, group, tiles_of(group), kt2, m32 - ks, D,
+                s + i * group * ls + ks, ls);
+  }
+  const int64_t Rt = tiles_of(P);
+  tile_softmax(s, ls, P, (P + Rt - 1) / Rt * Rt, nk, n32, scale, mx, l, wh, wl);
+  std::vector<float*> rows(P);
+  for (int64_t p = 0; p < P; ++p) rows[p] = part + p * D;
+  tile_weigh(P, Rt, n32, vt, D, wh, wl, rows.data(), 0, vs / 32);
+  for (int64_t i = 0; i < nr; ++i) {
+    const int64_t n = std::min(ctx[i] + n_extra[i], j0 + C) - j0, m32 = (n + 31) / 32 * 32;
+    for (int64_t j = vs; j < m32; ++j) vr[j] = reinterpret_cast<const uint16_t*>(vbase + slot(i, j));
+    pack_values(vr + vs, m32 - vs, D, vt2);
+    tile_weigh(group, tiles_of(group), n32, vt2, D, wh + i * group * n32, wl + i * group * n32, op + i * group, vs,
+               (m32 - vs) / 32, part + i * group * D);
+  }
+}
+
 template <typename T>
 void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std::vector<const T*>& ks,
                      const std::vector<const T*>& vs, const std::vector<int64_t>& cap, int64_t hkv,
@@ -82,25 +134,32 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         split_rows(q + ((i % R) * H + (i / R) * group) * D, group, 0, group, D, qh.data() + i * group * D,
                    ql.data() + i * group * D);
     });
-  struct Item { int64_t r0, nr, c, wide; bool shared; };          // wide: the row with the most keys
+  // wide: the row with the most keys; mixed: rows (tiles) whose chunk holds their common context's last 32 or more
+  // slots, then extra slots of their own (a tree's rows, `mixed_chunk`)
+  struct Item { int64_t r0, nr, c, wide; bool shared, mixed; };
   std::vector<Item> items;
-  const auto add = [&](int64_t r0, int64_t nr, int64_t c, bool shared) {
+  const auto add = [&](int64_t r0, int64_t nr, int64_t c, bool shared, bool mixed) {
     int64_t w = r0;
     for (int64_t r = r0; r < r0 + nr; ++r)
       if (ctx[r] + n_extra[r] > ctx[w] + n_extra[w]) w = r;
-    items.push_back({r0, nr, c, w, shared});
+    items.push_back({r0, nr, c, w, shared, mixed});
   };
   for (int64_t a = 0; a < R;) {
     int64_t b = a, most = 0;
     while (b < R && seq[b] == seq[a]) most = std::max(most, first[b + 1] - first[b]), ++b;
     for (int64_t c = 0; c < most; ++c) {
-      int64_t run = -1;                                             // first row of the open block of rows
+      int64_t run = -1, mrun = -1;                                  // first row of the open block of rows
       for (int64_t r = a; r <= b; ++r) {
         // chunk c of row r holds context slots only (its keys c*C .. are slots c*C ..): rows share its packing
-        const bool plain = r < b && c < first[r + 1] - first[r] && std::min(ctx[r] + n_extra[r], (c + 1) * C) <= ctx[r];
-        if (run >= 0 && (!plain || r - run == item_rows)) add(run, r - run, c, true), run = -1;
+        const bool has = r < b && c < first[r + 1] - first[r];
+        const bool plain = has && std::min(ctx[r] + n_extra[r], (c + 1) * C) <= ctx[r];
+        const bool mixed = tiles && has && !plain && ctx[r] - c * C >= 32;
+        if (run >= 0 && (!plain || r - run == item_rows)) add(run, r - run, c, true, false), run = -1;
+        if (mrun >= 0 && (!mixed || ctx[r] != ctx[mrun] || r - mrun == item_rows))
+          add(mrun, r - mrun, c, false, true), mrun = -1;
         if (plain && run < 0) run = r;
-        else if (!plain && r < b && c < first[r + 1] - first[r]) add(r, 1, c, false);
+        else if (mixed && mrun < 0) mrun = r;
+        else if (has && !plain && !mixed) add(r, 1, c, false, false);
       }
     }
     a = b;
@@ -154,12 +213,16 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
     bound[t] = std::lower_bound(cost.begin(), cost.end(), cost[n_items] * t / NT) - cost.begin();
   at::parallel_for(0, NT, 1, [&](int64_t t0, int64_t t1) {
     const int64_t most = item_rows * group, most16 = (most + 15) / 16 * 16;
-    std::vector<float> s(most16 * (C + 8)), kf(tiles || pairs ? 0 : (C + 8) * D), vf(kf.size()), mx(most), l(most);
+    // (rows past P: a tile pass over a row's pairs may write whole tiles' rows of s, wh and wl past its own)
+    std::vector<float> s((most16 + 16) * (C + 8)), kf(tiles || pairs ? 0 : (C + 8) * D), vf(kf.size()), mx(most),
+        l(most);
     std::vector<const float*> qp(most);
     std::vector<float*> sp(most), op(most);
     std::vector<int64_t> nk(most);                                  // each pair's keys in the chunk
     std::vector<const uint16_t*> kr(tiles ? C : 0), vr(kr.size());  // the chunk's key and value rows (tiles)
-    std::vector<uint16_t> kt(tiles ? C * D : 0), vt(kt.size()), wh(tiles ? most16 * C : 0), wl(wh.size());
+    std::vector<uint16_t> kt(tiles ? C * D : 0), vt(kt.size()), wh(tiles ? (most16 + 16) * C : 0), wl(wh.size());
+    std::vector<uint16_t> kt2(kt.size()), vt2(kt.size());           // mixed chunks: a row's own tiles
+    std::vector<float> part(tiles ? (most16 + 16) * D : 0);         // mixed chunks: sums over the shared keys
     int64_t configured = 0;                                         // the tile rows loaded (tiles)
     const int64_t D2 = D / 2, C2 = (C + 1) / 2;                     // pairs: queries, key and value panels, weights
     std::vector<uint32_t> qb(pairs ? most * D2 : 0), kpan(pairs ? C * D2 : 0), vpan(pairs ? C2 * D : 0),
@@ -189,7 +252,12 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         const int64_t lj = j0 + std::min(j, n - 1), slot = lj < ctx_r ? lj : xs[lj];
         return slot * dim;
       };
-      if (tiles) {
+      if (item.mixed) {
+        mixed_chunk(item.nr, P, group, dim, C, j0, n32, ctx + r, n_extra + r, extra + r * E, E, kbase, vbase,
+                    qh.data() + (g * R + r) * group * dim, ql.data() + (g * R + r) * group * dim, scale, kr.data(),
+                    vr.data(), kt.data(), vt.data(), kt2.data(), vt2.data(), s.data(), nk.data(), mx.data(), l.data(),
+                    wh.data(), wl.data(), part.data(), op.data(), configured);
+      } else if (tiles) {
         const uint16_t *keys = kt.data(), *values = vt.data();     // the chunk's tiles: stored, or packed here
         if (stored(item)) {
           keys = reinterpret_cast<const uint16_t*>(store.pan[sq] + (g * store.chunks[sq] + c) * C * D);
