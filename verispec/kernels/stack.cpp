@@ -98,24 +98,30 @@ struct Watch {
   std::vector<torch::Tensor> t;
   std::vector<Rec> rec;
 
+  static const void* where(const torch::Tensor& x) {      // its first element's address
+    return x.has_storage() ? static_cast<const char*>(x.storage().data()) +
+                                 x.storage_offset() * static_cast<int64_t>(x.element_size())
+                           : nullptr;
+  }
+
   static Rec record(const torch::Tensor& x) {
     const auto& vc = x.unsafeGetTensorImpl()->version_counter();
     const bool v = vc.enabled();
-    const void* ptr = x.has_storage() ? static_cast<const char*>(x.storage().data()) +
-                                            x.storage_offset() * static_cast<int64_t>(x.element_size())
-                                      : nullptr;
-    return {ptr, x.sizes().vec(), x.scalar_type(), v, v ? vc.current_version() : 0u};
+    return {where(x), x.sizes().vec(), x.scalar_type(), v, v ? vc.current_version() : 0u};
   }
 
   explicit Watch(std::vector<torch::Tensor> ts) : t(std::move(ts)) {
     for (const auto& x : t) rec.push_back(record(x));
   }
 
-  bool unchanged() const {
+  bool unchanged() const {                 // (compared in place: no record, so nothing allocated per entry)
     for (size_t i = 0; i < t.size(); ++i) {
-      const Rec now = record(t[i]), &was = rec[i];
-      if (now.ptr != was.ptr || now.sizes != was.sizes || now.dtype != was.dtype || now.versioned != was.versioned ||
-          now.version != was.version)
+      const torch::Tensor& x = t[i];
+      const Rec& was = rec[i];
+      const auto& vc = x.unsafeGetTensorImpl()->version_counter();
+      const bool v = vc.enabled();
+      if (where(x) != was.ptr || x.sizes() != c10::IntArrayRef(was.sizes) || x.scalar_type() != was.dtype ||
+          v != was.versioned || (v ? vc.current_version() : 0u) != was.version)
         return false;
     }
     return true;
