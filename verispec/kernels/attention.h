@@ -12,6 +12,7 @@
 #include "attention_simd.h"
 #include "aamx.h"
 #include "attention_pairs.h"
+#include "attention_mixed.h"
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -25,83 +26,6 @@ namespace {
 // than 8 over a 3,000-row prefill, 4% slower at 64; pair products: 64, 4% faster than 32)
 constexpr int64_t ITEM_ROWS = 32, PAIR_ITEM_ROWS = 64;
 
-// P pairs' scores (s[p][0 .. n8)): keys past nk[p] masked; each pair's max over its keys (exact: any order gives
-// the same value, up to a zero's sign, which no later step sees: the max only enters exp(s - max)), then exp, then
-// its sum l over the n keys in order, one chain per pair; the pairs' chains interleave
-inline void softmax_rows(bool wide, float* const* sp, int64_t P, int64_t n, int64_t n8, const int64_t* nk, float* mx,
-                         float* l) {
-  for (int64_t p = 0; p < P; ++p) {
-    float* sh = sp[p];
-    for (int64_t j = nk[p]; j < n8; ++j) sh[j] = -INFINITY;
-    __m256 m8 = _mm256_loadu_ps(sh);
-    for (int64_t j = 8; j < n8; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sh + j));
-    alignas(32) float m[8];
-    _mm256_store_ps(m, m8);
-    mx[p] = *std::max_element(m, m + 8);
-  }
-  exp_all(wide, sp, P, n8, mx);
-  for (int64_t p0 = 0; p0 < P; p0 += 8) {
-    const int64_t pn = std::min<int64_t>(8, P - p0);
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t u = 0; u < 8; ++u)
-        if (u < pn) acc[u] += sp[p0 + u][j];
-    for (int64_t u = 0; u < pn; ++u) l[p0 + u] = acc[u];
-  }
-}
-
-// A mixed chunk on AMX tiles: nr rows of one sequence (first row's ctx, n_extra, extra at ctx, n_extra, xs; the same
-// context), whose chunk at key j0 holds their context's last cc = ctx - j0 >= 32 slots, then each row's extra slots.
-// The context keys' whole key tiles (16 keys) and value steps (32 keys) are packed once and multiplied for all P =
-// nr x group pairs in one tile pass; each row's keys after them are packed and multiplied for its own pairs. A
-// score is its key tile's own accumulation, so it has the same bits either way; a weighted sum continues from the
-// shared steps' sums, stored and loaded back exactly, over the same steps in the same order. So every pair has the
-// bits it has alone (a chunk of its own, `tile_scores`, `tile_softmax`, `tile_weigh` from zero), for the packing of
-// one chunk per item instead of one per row. n32: the widest row's keys rounded up to 32; configured: the tile rows
-// loaded (`configure_tiles`).
-template <typename T>
-void mixed_chunk(int64_t nr, int64_t P, int64_t group, int64_t D, int64_t C, int64_t j0, int64_t n32,
-                 const int64_t* ctx, const int64_t* n_extra, const int64_t* xs, int64_t E, const T* kbase,
-                 const T* vbase, const uint16_t* qh, const uint16_t* ql, float scale, const uint16_t** kr,
-                 const uint16_t** vr, uint16_t* kt, uint16_t* vt, uint16_t* kt2, uint16_t* vt2, float* s,
-                 const int64_t* nk, float* mx, float* l, uint16_t* wh, uint16_t* wl, float* part, float* const* op,
-                 int64_t& configured) {
-  const int64_t ls = C + 8, ks = (ctx[0] - j0) / 16 * 16, vs = (ctx[0] - j0) / 32 * 32;   // shared keys: scores, sums
-  const auto slot = [&](int64_t i, int64_t j) {         // row i's key j of the chunk (padding: its last real key)
-    const int64_t n = std::min(ctx[i] + n_extra[i], j0 + C) - j0, lj = j0 + std::min(j, n - 1);
-    return (lj < ctx[i] ? lj : xs[i * E + lj - ctx[i]]) * D;
-  };
-  const auto tiles_of = [&](int64_t rows) {
-    const int64_t Rt = tile_rows(rows);
-    if (Rt != configured) configure_tiles(Rt), configured = Rt;
-    return Rt;
-  };
-  for (int64_t j = 0; j < ks; ++j) kr[j] = reinterpret_cast<const uint16_t*>(kbase + (j0 + j) * D);
-  for (int64_t j = 0; j < vs; ++j) vr[j] = reinterpret_cast<const uint16_t*>(vbase + (j0 + j) * D);
-  pack_keys(kr, ks, D, kt);
-  pack_values(vr, vs, D, vt);
-  tile_scores(qh, ql, P, tiles_of(P), kt, ks, D, s, ls);
-  for (int64_t i = 0; i < nr; ++i) {                    // each row's keys after the shared ones
-    const int64_t n = std::min(ctx[i] + n_extra[i], j0 + C) - j0, m32 = (n + 31) / 32 * 32;
-    for (int64_t j = ks; j < m32; ++j) kr[j] = reinterpret_cast<const uint16_t*>(kbase + slot(i, j));
-    pack_keys(kr + ks, m32 - ks, D, kt2);
-    tile_scores(qh + i * group * D, ql + i * group * D, group, tiles_of(group), kt2, m32 - ks, D,
-                s + i * group * ls + ks, ls);
-  }
-  const int64_t Rt = tiles_of(P);
-  tile_softmax(s, ls, P, (P + Rt - 1) / Rt * Rt, nk, n32, scale, mx, l, wh, wl);
-  std::vector<float*> rows(P);
-  for (int64_t p = 0; p < P; ++p) rows[p] = part + p * D;
-  tile_weigh(P, Rt, n32, vt, D, wh, wl, rows.data(), 0, vs / 32);
-  for (int64_t i = 0; i < nr; ++i) {
-    const int64_t n = std::min(ctx[i] + n_extra[i], j0 + C) - j0, m32 = (n + 31) / 32 * 32;
-    for (int64_t j = vs; j < m32; ++j) vr[j] = reinterpret_cast<const uint16_t*>(vbase + slot(i, j));
-    pack_values(vr + vs, m32 - vs, D, vt2);
-    tile_weigh(group, tiles_of(group), n32, vt2, D, wh + i * group * n32, wl + i * group * n32, op + i * group, vs,
-               (m32 - vs) / 32, part + i * group * D);
-  }
-}
-
 template <typename T>
 void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std::vector<const T*>& ks,
                      const std::vector<const T*>& vs, const std::vector<int64_t>& cap, int64_t hkv,
@@ -112,8 +36,9 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
   // tiles) once and read by every query head of the group and every row of the item. A chunk of context slots only
   // (a chain's, tree's or prefill's context, and a chain's or prefill's own latest keys) is one item for up to
   // item_rows consecutive rows of a sequence, each row masking the keys past its own; a chunk holding a tree row's
-  // extra slots is one item per row. Each score and output is the same instruction sequence either way (a masked
-  // key adds zeros), so grouping changes no bit.
+  // extra slots is one item per row, or, where it holds 32 or more of the context's slots first, one item for the
+  // tree's rows that share that context (attention_mixed.h). Each score and output is the same instruction sequence
+  // either way (a masked key adds zeros), so grouping changes no bit.
   std::vector<int64_t> first(R + 1, 0);
   for (int64_t r = 0; r < R; ++r) first[r + 1] = first[r] + (ctx[r] + n_extra[r] + C - 1) / C;
   const int64_t chunks = first[R], group = H / hkv;
@@ -134,8 +59,8 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         split_rows(q + ((i % R) * H + (i / R) * group) * D, group, 0, group, D, qh.data() + i * group * D,
                    ql.data() + i * group * D);
     });
-  // wide: the row with the most keys; mixed: rows (tiles) whose chunk holds their common context's last 32 or more
-  // slots, then extra slots of their own (a tree's rows, `mixed_chunk`)
+  // wide: the row with the most keys; mixed: rows whose chunk holds their common context's last 32 or more slots,
+  // then extra slots of their own (a tree's rows: `mixed_chunk` on tiles, `mixed_chunk_fp32`; not bf16a's pairs)
   struct Item { int64_t r0, nr, c, wide; bool shared, mixed; };
   std::vector<Item> items;
   const auto add = [&](int64_t r0, int64_t nr, int64_t c, bool shared, bool mixed) {
@@ -153,7 +78,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         // chunk c of row r holds context slots only (its keys c*C .. are slots c*C ..): rows share its packing
         const bool has = r < b && c < first[r + 1] - first[r];
         const bool plain = has && std::min(ctx[r] + n_extra[r], (c + 1) * C) <= ctx[r];
-        const bool mixed = tiles && has && !plain && ctx[r] - c * C >= 32;
+        const bool mixed = !pairs && has && !plain && ctx[r] - c * C >= 32;
         if (run >= 0 && (!plain || r - run == item_rows)) add(run, r - run, c, true, false), run = -1;
         if (mrun >= 0 && (!mixed || ctx[r] != ctx[mrun] || r - mrun == item_rows))
           add(mrun, r - mrun, c, false, true), mrun = -1;
@@ -221,7 +146,8 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
     std::vector<int64_t> nk(most);                                  // each pair's keys in the chunk
     std::vector<const uint16_t*> kr(tiles ? C : 0), vr(kr.size());  // the chunk's key and value rows (tiles)
     std::vector<uint16_t> kt(tiles ? C * D : 0), vt(kt.size()), wh(tiles ? (most16 + 16) * C : 0), wl(wh.size());
-    std::vector<uint16_t> kt2(kt.size()), vt2(kt.size());           // mixed chunks: a row's own tiles
+    std::vector<uint16_t> kt2(kt.size()), vt2(kt.size());           // mixed chunks: a row's own tiles, or keys
+    std::vector<float> kf2(kf.size()), vf2(kf.size());              // and values in fp32
     std::vector<float> part(tiles ? (most16 + 16) * D : 0);         // mixed chunks: sums over the shared keys
     int64_t configured = 0;                                         // the tile rows loaded (tiles)
     const int64_t D2 = D / 2, C2 = (C + 1) / 2;                     // pairs: queries, key and value panels, weights
@@ -252,11 +178,15 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         const int64_t lj = j0 + std::min(j, n - 1), slot = lj < ctx_r ? lj : xs[lj];
         return slot * dim;
       };
-      if (item.mixed) {
+      if (item.mixed && tiles) {
         mixed_chunk(item.nr, P, group, dim, C, j0, n32, ctx + r, n_extra + r, extra + r * E, E, kbase, vbase,
                     qh.data() + (g * R + r) * group * dim, ql.data() + (g * R + r) * group * dim, scale, kr.data(),
                     vr.data(), kt.data(), vt.data(), kt2.data(), vt2.data(), s.data(), nk.data(), mx.data(), l.data(),
                     wh.data(), wl.data(), part.data(), op.data(), configured);
+      } else if (item.mixed) {
+        mixed_chunk_fp32(wide, item.nr, P, group, dim, C, j0, n, ctx + r, n_extra + r, extra + r * E, E, kbase, vbase,
+                         qp.data(), scale, kf.data(), vf.data(), kf2.data(), vf2.data(), sp.data(), nk.data(),
+                         mx.data(), l.data(), op.data());
       } else if (tiles) {
         const uint16_t *keys = kt.data(), *values = vt.data();     // the chunk's tiles: stored, or packed here
         if (stored(item)) {
@@ -295,15 +225,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         pair_rows(P, pb.data(), n2, values, D / 16, dp, oacc.data(), D);
         for (int64_t p = 0; p < P; ++p) std::copy(oacc.data() + p * D, oacc.data() + (p + 1) * D, op[p]);
       } else {
-        float *const kd = kf.data(), *const vd = vf.data();
-        for (int64_t j = 0; j < n8; ++j) {                          // the chunk's keys and values in fp32
-          const T *kr = kbase + row(j), *vr = vbase + row(j);
-          float *kj = kd + (j / 8 * dim + j % 8) * 8, *vj = vd + j * dim;
-          for (int64_t i = 0; i < dim; i += 8) {                    // keys blocked: [j / 8][i / 8][j % 8][8]
-            _mm256_storeu_ps(kj + i * 8, load8(kr + i));
-            _mm256_storeu_ps(vj + i, load8(vr + i));
-          }
-        }
+        widen_chunk(kbase, vbase, row, 0, n8, dim, kf.data(), vf.data());   // the chunk's keys and values in fp32
         scores_all(wide, qp.data(), P, kf.data(), n8, D, scale, sp.data());
         softmax_rows(wide, sp.data(), P, n, n8, nk.data(), mx.data(), l.data());
         weigh_pairs(wide, sp.data(), P, n, vf.data(), D, D, op.data());

@@ -21,11 +21,12 @@ inline __m256 sum8x8(const __m256* a) {
   return _mm256_add_ps(lo, hi);
 }
 
-// o[0 .. 8W) = sum_j p[j] v[j, 0 .. 8W), j ascending: W independent accumulators of 8 lanes (v rows of stride ld)
+// o[0 .. 8W) = sum_j p[j] v[j, 0 .. 8W), j ascending: W independent accumulators of 8 lanes (v rows of stride ld),
+// from zero, or (more) from o's sums over earlier keys
 template <int W>
-inline void weigh_values(const float* p, int64_t n, const float* v, int64_t ld, float* o) {
+inline void weigh_values(const float* p, int64_t n, const float* v, int64_t ld, float* o, bool more) {
   __m256 ov[W];
-  for (int u = 0; u < W; ++u) ov[u] = _mm256_setzero_ps();
+  for (int u = 0; u < W; ++u) ov[u] = more ? _mm256_loadu_ps(o + 8 * u) : _mm256_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
     __m256 pj = _mm256_set1_ps(p[j]);
     for (int u = 0; u < W; ++u) ov[u] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + j * ld + 8 * u), ov[u]);
@@ -34,17 +35,17 @@ inline void weigh_values(const float* p, int64_t n, const float* v, int64_t ld, 
 }
 
 // o[0 .. D) = sum_j p[j] v[j, 0 .. D) (v rows of stride ld), in passes of up to 64 outputs
-inline void weigh_all(const float* p, int64_t n, const float* v, int64_t D, int64_t ld, float* o) {
+inline void weigh_all(const float* p, int64_t n, const float* v, int64_t D, int64_t ld, float* o, bool more) {
   for (int64_t i0 = 0; i0 < D; i0 += 64) {
     switch (std::min<int64_t>(8, (D - i0) / 8)) {
-      case 1: weigh_values<1>(p, n, v + i0, ld, o + i0); break;
-      case 2: weigh_values<2>(p, n, v + i0, ld, o + i0); break;
-      case 3: weigh_values<3>(p, n, v + i0, ld, o + i0); break;
-      case 4: weigh_values<4>(p, n, v + i0, ld, o + i0); break;
-      case 5: weigh_values<5>(p, n, v + i0, ld, o + i0); break;
-      case 6: weigh_values<6>(p, n, v + i0, ld, o + i0); break;
-      case 7: weigh_values<7>(p, n, v + i0, ld, o + i0); break;
-      default: weigh_values<8>(p, n, v + i0, ld, o + i0); break;
+      case 1: weigh_values<1>(p, n, v + i0, ld, o + i0, more); break;
+      case 2: weigh_values<2>(p, n, v + i0, ld, o + i0, more); break;
+      case 3: weigh_values<3>(p, n, v + i0, ld, o + i0, more); break;
+      case 4: weigh_values<4>(p, n, v + i0, ld, o + i0, more); break;
+      case 5: weigh_values<5>(p, n, v + i0, ld, o + i0, more); break;
+      case 6: weigh_values<6>(p, n, v + i0, ld, o + i0, more); break;
+      case 7: weigh_values<7>(p, n, v + i0, ld, o + i0, more); break;
+      default: weigh_values<8>(p, n, v + i0, ld, o + i0, more); break;
     }
   }
 }
@@ -113,12 +114,13 @@ VS_AVX512 void scores16(const float* const* qh, const float* kf, int64_t n8, int
   }
 }
 
-// o[b][0 .. 16W) = sum_j p[b][j] v[j, 0 .. 16W), j ascending, for PB weight rows sharing each value load
+// o[b][0 .. 16W) = sum_j p[b][j] v[j, 0 .. 16W), j ascending, for PB weight rows sharing each value load (more:
+// from o's sums over earlier keys)
 template <int PB, int W>
-VS_AVX512 void weigh16(const float* const* p, int64_t n, const float* v, int64_t ld, float* const* o) {
+VS_AVX512 void weigh16(const float* const* p, int64_t n, const float* v, int64_t ld, float* const* o, bool more) {
   __m512 acc[PB][W];
   for (int b = 0; b < PB; ++b)
-    for (int u = 0; u < W; ++u) acc[b][u] = _mm512_setzero_ps();
+    for (int u = 0; u < W; ++u) acc[b][u] = more ? _mm512_loadu_ps(o[b] + 16 * u) : _mm512_setzero_ps();
   for (int64_t j = 0; j < n; ++j) {
     __m512 vv[W];
     for (int u = 0; u < W; ++u) vv[u] = _mm512_loadu_ps(v + j * ld + 16 * u);
@@ -134,16 +136,16 @@ VS_AVX512 void weigh16(const float* const* p, int64_t n, const float* v, int64_t
 // PB weight rows' values over all D outputs, in passes of up to 64 outputs (PB x 4 accumulators)
 template <int PB>
 VS_AVX512 void weigh_block16(const float* const* p, int64_t n, const float* v, int64_t D, int64_t ld,
-                             float* const* o) {
+                             float* const* o, bool more) {
   for (int64_t i0 = 0; i0 < D; i0 += 64) {
     const float* ob[PB];
     float* oo[PB];
     for (int b = 0; b < PB; ++b) oo[b] = o[b] + i0, ob[b] = p[b];
     switch ((D - i0) >= 64 ? 4 : (D - i0) / 16) {
-      case 1: weigh16<PB, 1>(ob, n, v + i0, ld, oo); break;
-      case 2: weigh16<PB, 2>(ob, n, v + i0, ld, oo); break;
-      case 3: weigh16<PB, 3>(ob, n, v + i0, ld, oo); break;
-      default: weigh16<PB, 4>(ob, n, v + i0, ld, oo); break;
+      case 1: weigh16<PB, 1>(ob, n, v + i0, ld, oo, more); break;
+      case 2: weigh16<PB, 2>(ob, n, v + i0, ld, oo, more); break;
+      case 3: weigh16<PB, 3>(ob, n, v + i0, ld, oo, more); break;
+      default: weigh16<PB, 4>(ob, n, v + i0, ld, oo, more); break;
     }
   }
 }
@@ -163,13 +165,13 @@ VS_AVX512 void scores_all16(const float* const* q, int64_t P, const float* kf, i
 
 // D a multiple of 16 (else the AVX2 weigh_all runs)
 VS_AVX512 void weigh_all16(const float* const* p, int64_t P, int64_t n, const float* v, int64_t D, int64_t ld,
-                           float* const* o) {
+                           float* const* o, bool more) {
   for (int64_t b = 0; b < P; b += 4) {
     switch (std::min<int64_t>(4, P - b)) {
-      case 1: weigh_block16<1>(p + b, n, v, D, ld, o + b); break;
-      case 2: weigh_block16<2>(p + b, n, v, D, ld, o + b); break;
-      case 3: weigh_block16<3>(p + b, n, v, D, ld, o + b); break;
-      default: weigh_block16<4>(p + b, n, v, D, ld, o + b); break;
+      case 1: weigh_block16<1>(p + b, n, v, D, ld, o + b, more); break;
+      case 2: weigh_block16<2>(p + b, n, v, D, ld, o + b, more); break;
+      case 3: weigh_block16<3>(p + b, n, v, D, ld, o + b, more); break;
+      default: weigh_block16<4>(p + b, n, v, D, ld, o + b, more); break;
     }
   }
 }
@@ -191,9 +193,34 @@ inline void exp_all(bool wide, float* const* x, int64_t P, int64_t n8, const flo
       _mm256_storeu_ps(x[p] + j, exp8(_mm256_sub_ps(_mm256_loadu_ps(x[p] + j), _mm256_set1_ps(m[p]))));
 }
 inline void weigh_pairs(bool wide, const float* const* p, int64_t P, int64_t n, const float* v, int64_t D, int64_t ld,
-                        float* const* o) {
-  if (wide && D % 16 == 0) return weigh_all16(p, P, n, v, D, ld, o);
-  for (int64_t b = 0; b < P; ++b) weigh_all(p[b], n, v, D, ld, o[b]);
+                        float* const* o, bool more = false) {
+  if (wide && D % 16 == 0) return weigh_all16(p, P, n, v, D, ld, o, more);
+  for (int64_t b = 0; b < P; ++b) weigh_all(p[b], n, v, D, ld, o[b], more);
+}
+
+// P pairs' scores (s[p][0 .. n8)): keys past nk[p] masked; each pair's max over its keys (exact: any order gives
+// the same value, up to a zero's sign, which no later step sees: the max only enters exp(s - max)), then exp, then
+// its sum l over the n keys in order, one chain per pair; the pairs' chains interleave
+inline void softmax_rows(bool wide, float* const* sp, int64_t P, int64_t n, int64_t n8, const int64_t* nk, float* mx,
+                         float* l) {
+  for (int64_t p = 0; p < P; ++p) {
+    float* sh = sp[p];
+    for (int64_t j = nk[p]; j < n8; ++j) sh[j] = -INFINITY;
+    __m256 m8 = _mm256_loadu_ps(sh);
+    for (int64_t j = 8; j < n8; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sh + j));
+    alignas(32) float m[8];
+    _mm256_store_ps(m, m8);
+    mx[p] = *std::max_element(m, m + 8);
+  }
+  exp_all(wide, sp, P, n8, mx);
+  for (int64_t p0 = 0; p0 < P; p0 += 8) {
+    const int64_t pn = std::min<int64_t>(8, P - p0);
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t u = 0; u < 8; ++u)
+        if (u < pn) acc[u] += sp[p0 + u][j];
+    for (int64_t u = 0; u < pn; ++u) l[p0 + u] = acc[u];
+  }
 }
 
 }  // namespace

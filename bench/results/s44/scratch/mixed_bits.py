@@ -1,5 +1,6 @@
-"""Old and new kernel builds on random token trees and packed batches over bf16 caches (AMX tiles): attention's
-output bit for bit, over contexts whose last chunk holds 0-127 context slots. usage: mixed_bits.py OLD_DIR NEW_DIR"""
+"""Old and new kernel builds on random token trees and packed batches: attention's output bit for bit, over contexts
+whose last chunk holds 0-127 context slots. bf16 caches at the best instruction set (AMX tiles here) unless DTYPE
+(bf16, fp32) and ISA (best, avx512, avx2) say otherwise. usage: mixed_bits.py OLD_DIR NEW_DIR [DTYPE [ISA]]"""
 import sys, importlib.util, torch
 from pathlib import Path
 sys.path.insert(0, "tests")
@@ -13,15 +14,17 @@ def load_build(folder):
 
 
 old, new = load_build(sys.argv[1]), load_build(sys.argv[2])
-assert old.set_fp_isa("best") == "amx" and new.set_fp_isa("best") == "amx"
+dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[sys.argv[3] if len(sys.argv) > 3 else "bf16"]
+isa = sys.argv[4] if len(sys.argv) > 4 else "best"
+print("isa", old.set_fp_isa(isa), new.set_fp_isa(isa), dtype)
 g = torch.Generator().manual_seed(0)
 cases = 0
-for heads, kv, d in [(9, 3, 64), (12, 2, 128), (14, 2, 64), (14, 1, 64), (4, 4, 32), (32, 1, 64), (20, 1, 32)]:
+for heads, kv, d in [(9, 3, 64), (12, 2, 128), (14, 2, 64), (14, 1, 64), (4, 4, 32), (32, 1, 64), (20, 1, 32), (6, 2, 48), (3, 1, 24)]:
     for trial in range(12):
         cap = 700
         nseq = int(torch.randint(1, 4, (1,), generator=g))
-        ks = [(torch.randn(kv, cap, d, generator=g) * 2).bfloat16() for _ in range(nseq)]
-        vs = [torch.randn(kv, cap, d, generator=g).bfloat16() for _ in range(nseq)]
+        ks = [(torch.randn(kv, cap, d, generator=g) * 2).to(dtype) for _ in range(nseq)]
+        vs = [torch.randn(kv, cap, d, generator=g).to(dtype) for _ in range(nseq)]
         seq, ctx, extra = [], [], []
         for sq in range(nseq):
             c = int(torch.randint(1, 600, (1,), generator=g))
