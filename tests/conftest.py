@@ -8,8 +8,20 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from verispec import kernels
 from verispec.model import loader
 from verispec.model.llama import Llama, LlamaConfig
+
+
+@pytest.fixture(autouse=True)
+def asked_instruction_set():
+    """After each test, the kernels run at the instruction set VERISPEC_ISA asks for again (tests that force
+    another put back the best one), so a suite run at VERISPEC_ISA=avx2 stays there."""
+    yield
+    lib = kernels.load()
+    if lib is not None:
+        lib.set_fp_isa(kernels.isa_asked())
+        lib.set_q8_isa(kernels.isa_asked())
 
 
 @pytest.fixture(scope="session")
