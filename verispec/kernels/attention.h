@@ -146,9 +146,10 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
     std::vector<int64_t> nk(most);                                  // each pair's keys in the chunk
     std::vector<const uint16_t*> kr(tiles ? C : 0), vr(kr.size());  // the chunk's key and value rows (tiles)
     std::vector<uint16_t> kt(tiles ? C * D : 0), vt(kt.size()), wh(tiles ? (most16 + 16) * C : 0), wl(wh.size());
-    std::vector<uint16_t> kt2(kt.size()), vt2(kt.size());           // mixed chunks: a row's own tiles, or keys
-    std::vector<float> kf2(kf.size()), vf2(kf.size());              // and values in fp32
-    std::vector<float> part(tiles ? (most16 + 16) * D : 0);         // mixed chunks: sums over the shared keys
+    // mixed chunks only, sized at the first (a pass without one allocates and clears none): a row's own tiles, or
+    // keys and values in fp32; the pairs' sums over the shared keys
+    std::vector<uint16_t> kt2, vt2;
+    std::vector<float> kf2, vf2, part;
     int64_t configured = 0;                                         // the tile rows loaded (tiles)
     const int64_t D2 = D / 2, C2 = (C + 1) / 2;                     // pairs: queries, key and value panels, weights
     std::vector<uint32_t> qb(pairs ? most * D2 : 0), kpan(pairs ? C * D2 : 0), vpan(pairs ? C2 * D : 0),
@@ -178,6 +179,10 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         const int64_t lj = j0 + std::min(j, n - 1), slot = lj < ctx_r ? lj : xs[lj];
         return slot * dim;
       };
+      if (item.mixed && kt2.size() + kf2.size() == 0) {
+        kt2.resize(kt.size()), vt2.resize(kt.size()), kf2.resize(kf.size()), vf2.resize(kf.size());
+        part.resize(tiles ? (most16 + 16) * D : 0);
+      }
       if (item.mixed && tiles) {
         mixed_chunk(item.nr, P, group, dim, C, j0, n32, ctx + r, n_extra + r, extra + r * E, E, kbase, vbase,
                     qh.data() + (g * R + r) * group * dim, ql.data() + (g * R + r) * group * dim, scale, kr.data(),
