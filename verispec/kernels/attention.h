@@ -165,7 +165,6 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
       const int64_t n = std::min(ctx[wide_r] + n_extra[wide_r], j0 + C) - j0, n8 = (n + 7) / 8 * 8, sq = seq[r];
       const T* kbase = ks[sq] + g * cap[sq] * D;
       const T* vbase = vs[sq] + g * cap[sq] * D;
-      const int64_t* xs = extra + r * E - ctx[r];
       const int64_t P = item.nr * group;                           // (row, head) pairs: p = (rr - r) * group + hh
       for (int64_t p = 0; p < P; ++p) {
         const int64_t rh = (r + p / group) * H + g * group + p % group;
@@ -174,22 +173,19 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         op[p] = po + ((first[r + p / group] + c) * H + g * group + p % group) * D;
         nk[p] = std::min(ctx[r + p / group] + n_extra[r + p / group], j0 + C) - j0;
       }
-      const int64_t dim = D, ctx_r = ctx[wide_r], n32 = (n + 31) / 32 * 32;   // locals: stores may alias memory
-      const auto row = [&](int64_t j) {                             // key j of the chunk (padding: the last real)
-        const int64_t lj = j0 + std::min(j, n - 1), slot = lj < ctx_r ? lj : xs[lj];
-        return slot * dim;
-      };
+      const int64_t dim = D, n32 = (n + 31) / 32 * 32;
+      const auto row = chunk_keys(extra + wide_r * E, ctx[wide_r], j0, n, dim);   // the widest row's keys
       if (item.mixed && kt2.size() + kf2.size() == 0) {
         kt2.resize(kt.size()), vt2.resize(kt.size()), kf2.resize(kf.size()), vf2.resize(kf.size());
         part.resize(tiles ? (most16 + 16) * D : 0);
       }
       if (item.mixed && tiles) {
-        mixed_chunk(item.nr, P, group, dim, C, j0, n32, ctx + r, n_extra + r, extra + r * E, E, kbase, vbase,
+        mixed_chunk(item.nr, P, group, dim, C, j0, n32, ctx + r, extra + r * E, E, kbase, vbase,
                     qh.data() + (g * R + r) * group * dim, ql.data() + (g * R + r) * group * dim, scale, kr.data(),
                     vr.data(), kt.data(), vt.data(), kt2.data(), vt2.data(), s.data(), nk.data(), mx.data(), l.data(),
                     wh.data(), wl.data(), part.data(), op.data(), configured);
       } else if (item.mixed) {
-        mixed_chunk_fp32(wide, item.nr, P, group, dim, C, j0, n, ctx + r, n_extra + r, extra + r * E, E, kbase, vbase,
+        mixed_chunk_fp32(wide, item.nr, P, group, dim, j0, n, ctx + r, extra + r * E, E, kbase, vbase,
                          qp.data(), scale, kf.data(), vf.data(), kf2.data(), vf2.data(), sp.data(), nk.data(),
                          mx.data(), l.data(), op.data());
       } else if (tiles) {
