@@ -152,8 +152,8 @@ def test_a_model_decodes_the_same_bits_with_the_store(bf16a_model, kind, monkeyp
 
 def test_the_server_budgets_the_store(bf16a_model, monkeypatch):
     """A bf16a model's caches hold their laid-out chunks beside the keys and values, and a bf16 model's where its
-    attention runs on AMX tiles: the server's KV budget counts both (`serve.limits.kv_bytes_per_token`)."""
-    from verispec.serve.limits import kv_bytes_per_token
+    attention runs on AMX tiles: the server's KV budget counts both (`model.rows.kv_bytes_per_token`)."""
+    from verispec.model.rows import kv_bytes_per_token
     c = bf16a_model.cfg
     keys_and_values = 2 * c.num_layers * c.num_kv_heads * c.head_dim * 2
     assert kv_bytes_per_token(bf16a_model) == 2 * keys_and_values

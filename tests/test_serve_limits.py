@@ -10,8 +10,9 @@ import pytest
 from serving import post, serving
 from verispec.api import Target
 from verispec.errors import VerispecError
+from verispec.model.rows import kv_bytes_per_token
 from verispec.serve.app import Server
-from verispec.serve.limits import Limits, kv_bytes_per_token
+from verispec.serve.limits import Limits
 
 
 @pytest.fixture(scope="module")

@@ -24,12 +24,13 @@ from fastapi.responses import JSONResponse, Response
 from ..api import METHODS, Target, engine_profile, make_proposer
 from ..engine import GenerationConfig, Sequence
 from ..errors import VerispecError
+from ..model.rows import kv_bytes_per_token
 from ..proposers.base import fork
 from ..sampling import SamplingConfig
 from .batch import Batch
 from .errors import APIError, server_error, unavailable
 from .guard import Guard
-from .limits import KVBudget, Limits, kv_bytes_per_token
+from .limits import KVBudget, Limits
 from .metrics import Metrics
 from .protocol import ChatRequest, Common, CompletionRequest, Speculative
 from .respond import respond

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import VerispecError
-from ..model.rows import kv_bytes_per_token  # noqa: F401  (the server's budget reads it here)
 from .errors import APIError
 
 
