@@ -14,17 +14,15 @@
 6. continuous batching (the server's `Batch`) at concurrency 1, 4 and 8: total tok/s;
 7. where a cycle's host time goes, op by op, for EAGLE's trees and the draft model (`profile`);
 8. EAGLE's trees drafted pass by pass and in one graph, side by side (`stepwise`).
-Writes cuda_check.json to --out and prints a summary table last. `--device cpu` is a dry run: the same
+Writes cuda_check.json to --out after each part, and prints a summary table last. `--device cpu` is a dry run: the same
 fixed-shape passes, uncaptured.
 
-Getting there (session 33): the GPU machine reaches nothing outside and each call carries at most 64 MiB, while
-the tracked tree is ~86 MB. Untrack the shipped weights for the calls (`git rm -r -q --cached verispec/drafts
-bench/results`, both added to .git/info/exclude; `git reset` afterwards), split the default GGUF into two parts
-under an ignored `.dev/`, and send them, then the EAGLE and Medusa folders, then the draft folder, in three calls
-to one warm machine (each call copies its part to /root/pay; the next must come within its 30 s), carrying the
-`gguf` wheel too; the last call joins the GGUF into $VERISPEC_HOME/downloads and runs this script with
-VERISPEC_KERNELS=0 (session 34's commands: `bench/results/s34/gpu_run.sh`, which also times the code of an earlier
-commit, copied under an ignored `.old/`, with this script).
+Getting there: the GPU machine reaches nothing outside and each call carries at most 64 MiB, while the tracked
+tree is ~91 MB and the default GGUF 98 MB. `python scripts/cuda_payload.py pack` packs the shipped drafts, the GGUF,
+the `gguf` wheel and the long prompts into two calls' parts under the ignored .dev/ with a run.sh that sets up and
+runs this script (VERISPEC_KERNELS=0); `untrack` and `restore` take verispec/drafts and bench/results out of the
+index for the two calls and put them back (its docstring gives the calls; session 34's by hand:
+`bench/results/s34/gpu_run.sh`).
 """
 from __future__ import annotations
 
@@ -341,9 +339,13 @@ def main():
     t0 = time.perf_counter()
     target = Target.load(None, "bf16", dev)
     print(f"loaded in {time.perf_counter() - t0:.1f} s", flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
     def part(name, fn):
         if name.split("_")[0] in parts:
             run_part(report, name, fn)
+            (out / "cuda_check.json").write_text(json.dumps(report, indent=1))   # kept if a later part overruns
     part("pass_agreement_bf16", lambda: pass_agreement(target))
     part("exactness_pvalues", lambda: exactness_on(dev))
     part("plain_bf16", lambda: plain_speed(target, prompts, args.max_new_tokens))
@@ -368,8 +370,6 @@ def main():
         part("pass_agreement_fp32", lambda: pass_agreement(t32))
         part("plain_fp32", lambda: plain_speed(t32, prompts, args.max_new_tokens))
         part("methods_fp32", lambda: methods(t32, prompts, args.max_new_tokens, 1, only=MAIN))
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "cuda_check.json").write_text(json.dumps(report, indent=1))
     tables = {n: report.get(n, {}) for n in ("methods_bf16", "t1_methods_bf16", "long_methods_bf16", "methods_fp32")}
     for how, m in (report.get("stepwise_methods_bf16") or {}).items():
         tables[f"trees, {how}"] = m
