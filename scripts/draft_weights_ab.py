@@ -2,8 +2,8 @@
 end, side by side in one process.
 
     python scripts/draft_weights_ab.py MODEL DTYPE METHOD [TREE] [--prompts FILE] [--limit N] [--repeats R]
-                                       [--max-new-tokens N] [--trees T1,T2,... | --cutoffs C1,C2,...]
-                                       [--per-prompt]
+                                       [--max-new-tokens N] [--trees T1,T2,... | --cutoffs C1,C2,... |
+                                       --heads DIR1,DIR2,...] [--per-prompt]
 
 Loads the target once and its proposer twice (native, then requantized to 4 bits), and for every prompt runs
 plain decoding and the method with each proposer in turn, greedy, 64 new tokens (`--max-new-tokens`), `--k auto`,
@@ -12,7 +12,9 @@ percent). Checks that all give the same tokens, then prints each variant's speed
 to end (prefill included) and decoding alone, and the median of per-prompt ratios. TREE: as `--tree` ("none" for
 a chain). --trees: instead, the method with each of these trees (`--draft-weights auto`), TREE unused. Default
 prompts: bench/dev_prompts.jsonl, 4 per category (the README's benchmark). --cutoffs: instead, the method (with
-TREE) with each of these cutoffs for its grafted lookup paths (`ngram.CUTOFF`, 0: whole paths). --per-prompt:
+TREE) with each of these cutoffs for its grafted lookup paths (`ngram.CUTOFF`, 0: whole paths). --heads: instead,
+the method (with TREE) drafting with each of these folders (`--draft`: a draft model, Medusa or EAGLE heads; "shipped":
+the default), e.g. a newly trained head against the shipped one. --per-prompt:
 each prompt's decoding speedups too (the median of its rounds). 2 threads.
 """
 from __future__ import annotations
@@ -50,6 +52,8 @@ def main() -> int:
     ap.add_argument("--trees", help="compare these trees (comma-separated) instead of the weights")
     ap.add_argument("--cutoffs", help="compare these lookup-path cutoffs (comma-separated, `ngram.CUTOFF`; 0: "
                     "whole paths) instead of the weights")
+    ap.add_argument("--heads", help="compare these proposer folders (comma-separated; \"shipped\": the default) "
+                    "instead of the weights")
     ap.add_argument("--per-prompt", action="store_true", help="also print each prompt's decoding speedups")
     args = ap.parse_args()
     torch.set_num_threads(2)
@@ -60,6 +64,10 @@ def main() -> int:
         cutoffs = {}                                                # variant -> ngram.CUTOFF while it runs
         if args.trees:
             variants = {tree: make_engine(args.method, target, tree=tree) for tree in args.trees.split(",")}
+        elif args.heads:
+            tree = None if args.tree == "none" else args.tree
+            variants = {h: make_engine(args.method, target, draft=None if h == "shipped" else h, tree=tree)
+                        for h in args.heads.split(",")}
         elif args.cutoffs:
             engine = make_engine(args.method, target, tree=None if args.tree == "none" else args.tree)
             cutoffs = {f"cutoff {c}": float(c) for c in args.cutoffs.split(",")}
