@@ -83,6 +83,7 @@ def main() -> int:
     engines = {"plain": Engine(target.model), **variants}
     default_cutoff = ngram.CUTOFF
     times = {name: [] for name in engines}                    # (total s, decoding s) per prompt and round
+    passes = {name: [0, 0] for name in engines}               # (tokens, passes) of the cycles, all runs
     for r in range(args.repeats):
         for p in prompts:
             ids, out = tok.prompt_ids(p.prompt), {}
@@ -93,6 +94,8 @@ def main() -> int:
                 g = engines[name].generate(ids, cfg)
                 out[name] = g.token_ids
                 times[name].append((g.stats.time_total_s, g.stats.time_total_s - g.stats.time_prefill_s))
+                passes[name][0] += (g.stats.mean_accepted_tokens or 0) * (g.stats.target_passes - 1)   # as bench
+                passes[name][1] += g.stats.target_passes - 1                                  # (not the prefill)
             if len({tuple(tokens) for tokens in out.values()}) != 1:
                 print(f"{p.id}: the outputs differ", file=sys.stderr)
                 return 1
@@ -109,7 +112,8 @@ def main() -> int:
         total, decode = (sum(t[i] for t in times[w]) for i in (0, 1))
         per_prompt = statistics.median(a[0] / b[0] for a, b in zip(times["plain"], times[w]))
         print(f"  {w:12s}: end to end {plain_total / total:.3f}x, decoding {plain_decode / decode:.3f}x, "
-              f"median per prompt {per_prompt:.3f}x  (plain {plain_total:.1f} s, {w} {total:.1f} s)")
+              f"median per prompt {per_prompt:.3f}x, MAT {passes[w][0] / max(1, passes[w][1]):.2f}  "
+              f"(plain {plain_total:.1f} s, {w} {total:.1f} s)")
     return 0
 
 
