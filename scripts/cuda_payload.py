@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import io
 import lzma
+from importlib import metadata
 import subprocess
 import sys
 import tarfile
@@ -67,8 +68,10 @@ def git(*args: str) -> str:
 
 
 def tree_bytes() -> int:
-    """Bytes of the tracked files as the next call would send them (drafts and results untracked or not)."""
-    files = [f for f in git("ls-files", "-z").split("\0") if f and not f.startswith(tuple(p + "/" for p in UNTRACKED))]
+    """Bytes of the working tree a call sends (tracked files, and untracked ones git does not ignore), drafts and
+    results left out whether they are untracked yet or not."""
+    files = [f for f in git("ls-files", "-z", "--cached", "--others", "--exclude-standard").split("\0")
+             if f and not f.startswith(tuple(p + "/" for p in UNTRACKED))]
     return sum((ROOT / f).stat().st_size for f in files if (ROOT / f).is_file())
 
 
@@ -81,8 +84,11 @@ def exclude(lines: list[str], add: bool) -> None:
 
 def pack(parts: str, budget: int) -> None:
     gguf = home() / "downloads" / catalog.entry("smollm2-135m")["file"]
-    if not gguf.exists():
-        sys.exit(f"cuda_payload: {gguf} is missing: run `verispec fetch` (or any command on the default model) first")
+    long = ROOT.parent / "shared" / "data" / "prompts" / "long.jsonl"
+    for need, how in ((gguf, "run `verispec fetch` (or any command on the default model) first"),
+                      (long, "the long prompts live beside the checkout")):
+        if not need.exists():
+            sys.exit(f"cuda_payload: {need} is missing: {how}")
     dev, c1, c2 = ROOT / ".dev", ROOT / ".dev" / "c1", ROOT / ".dev" / "c2"
     exclude(["/.dev/"], True)
     for d in (c1, c2):
@@ -94,11 +100,10 @@ def pack(parts: str, budget: int) -> None:
         for name in DRAFTS:
             t.add(ROOT / "verispec" / "drafts" / name, arcname=name)
     (c1 / "drafts.tar.xz").write_bytes(lzma.compress(tar.getvalue(), preset=9))
-    (c1 / "long.jsonl").write_bytes((ROOT.parent / "shared" / "data" / "prompts" / "long.jsonl").read_bytes())
-    import gguf as gguf_pkg
-    version = getattr(gguf_pkg, "__version__", None) or __import__("importlib.metadata").metadata.version("gguf")
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(c1), f"gguf=={version}"],
-                   check=True)
+    (c1 / "long.jsonl").write_bytes(long.read_bytes())
+    wheel = f"gguf=={metadata.version('gguf')}"                   # the version verispec runs with here
+    if subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(c1), wheel]).returncode:
+        sys.exit(f"cuda_payload: pip could not download {wheel}")
     blob = lzma.compress(gguf.read_bytes(), preset=9)
     tree = tree_bytes()
     room1 = LIMIT - tree - sum(f.stat().st_size for f in c1.iterdir())
@@ -127,7 +132,7 @@ def main() -> None:
             sys.exit(f"cuda_payload: staged changes under {' or '.join(UNTRACKED)}: commit them first")
         git("rm", "-r", "-q", "--cached", *UNTRACKED)
         exclude([f"/{p}/" for p in UNTRACKED], True)
-        print(f"untracked {', '.join(UNTRACKED)}: {tree_bytes() / 2 ** 20:.1f} MiB of tracked files travel")
+        print(f"untracked {', '.join(UNTRACKED)}: {tree_bytes() / 2 ** 20:.1f} MiB of the working tree travel")
     else:
         git("reset", "-q", "--", *UNTRACKED)
         exclude([f"/{p}/" for p in UNTRACKED], False)

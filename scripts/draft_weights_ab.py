@@ -62,18 +62,17 @@ def main() -> int:
     try:
         target = Target.load(args.model, args.dtype, "cpu")
         cutoffs = {}                                                # variant -> ngram.CUTOFF while it runs
+        tree = None if args.tree == "none" else args.tree           # TREE, where a variant does not name its own
         if args.trees:
-            variants = {tree: make_engine(args.method, target, tree=tree) for tree in args.trees.split(",")}
+            variants = {t: make_engine(args.method, target, tree=t) for t in args.trees.split(",")}
         elif args.heads:
-            tree = None if args.tree == "none" else args.tree
             variants = {h: make_engine(args.method, target, draft=None if h == "shipped" else h, tree=tree)
                         for h in args.heads.split(",")}
         elif args.cutoffs:
-            engine = make_engine(args.method, target, tree=None if args.tree == "none" else args.tree)
+            engine = make_engine(args.method, target, tree=tree)
             cutoffs = {f"cutoff {c}": float(c) for c in args.cutoffs.split(",")}
             variants = {name: engine for name in cutoffs}
         else:                                                       # one target, its proposer loaded both ways
-            tree = None if args.tree == "none" else args.tree
             variants = {w: make_engine(args.method, replace(target, draft_weights=w), tree=tree)
                         for w in ("native", "q4")}
     except VerispecError as e:
