@@ -52,13 +52,16 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
   const bool tiles = !pairs && std::is_same<T, at::BFloat16>::value && fp_amx() && D % 32 == 0 && C % 32 == 0;
   std::vector<uint32_t> q2(pairs ? R * H * D / 2 : 0);
   if (pairs) pack_pairs(q, R * H, D, q2.data());
-  std::vector<uint16_t> qh(tiles ? (R * H + 16) * D : 0), ql(qh.size());
-  if (tiles)
+  const int64_t nq = tiles ? (R * H + 16) * D : 0;                 // (the split activations' scratch, reused)
+  uint16_t *const qh = tiles ? split_buffer(2 * nq) : nullptr, *const ql = qh + nq;
+  if (tiles) {
+    std::fill(qh + R * H * D, qh + nq, uint16_t(0)), std::fill(ql + R * H * D, ql + nq, uint16_t(0));
     at::parallel_for(0, hkv * R, 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i)
-        split_rows(q + ((i % R) * H + (i / R) * group) * D, group, 0, group, D, qh.data() + i * group * D,
-                   ql.data() + i * group * D);
+        split_rows(q + ((i % R) * H + (i / R) * group) * D, group, 0, group, D, qh + i * group * D,
+                   ql + i * group * D);
     });
+  }
   // wide: the row with the most keys; mixed: rows whose chunk holds their common context's last 32 or more slots,
   // then extra slots of their own (a tree's rows: `mixed_chunk` on tiles, `mixed_chunk_fp32`; not bf16a's pairs)
   struct Item { int64_t r0, nr, c, wide; bool shared, mixed; };
@@ -181,7 +184,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
       }
       if (item.mixed && tiles) {
         mixed_chunk(item.nr, P, group, dim, C, j0, n32, ctx + r, extra + r * E, E, kbase, vbase,
-                    qh.data() + (g * R + r) * group * dim, ql.data() + (g * R + r) * group * dim, scale, kr.data(),
+                    qh + (g * R + r) * group * dim, ql + (g * R + r) * group * dim, scale, kr.data(),
                     vr.data(), kt.data(), vt.data(), kt2.data(), vt2.data(), s.data(), nk.data(), mx.data(), l.data(),
                     wh.data(), wl.data(), part.data(), op.data(), configured);
       } else if (item.mixed) {
@@ -198,7 +201,7 @@ void attention_block(const float* q, int64_t R, int64_t H, int64_t D, const std:
         }
         const int64_t q0 = (g * R + r) * group * dim, Rt = tile_rows(P);
         if (Rt != configured) configure_tiles(Rt), configured = Rt;
-        tile_scores(qh.data() + q0, ql.data() + q0, P, Rt, keys, n32, dim, s.data(), C + 8);
+        tile_scores(qh + q0, ql + q0, P, Rt, keys, n32, dim, s.data(), C + 8);
         // whole tiles of Rt rows: at most ceil(P / 16) * 16 <= most16 rows of s, wh, wl (Rt = tile_rows(P))
         tile_softmax(s.data(), C + 8, P, (P + Rt - 1) / Rt * Rt, nk.data(), n32, scale, mx.data(), l.data(), wh.data(),
                      wl.data());

@@ -152,6 +152,14 @@ VS_FAMX void famx_pairs(int64_t b, int64_t e, const uint16_t* hi, const uint16_t
   _tile_release();
 }
 
+// The calling thread's scratch of at least n bf16 words, kept from call to call (a long prefill's split activations
+// would otherwise be fresh pages, zeroed by the kernel, in every product); its contents are the last call's
+inline uint16_t* split_buffer(int64_t n) {
+  static thread_local std::vector<uint16_t> buf;
+  if (buf.size() < static_cast<size_t>(n)) buf.resize(n);
+  return buf.data();
+}
+
 // y [M, N] (+ bias) = x [M, K] fp32 @ W.T, W bf16 in AMX panels [panels, K/2, 32] (row j of a panel: w[2j, n],
 // w[2j + 1, n] for its 16 outputs n), K a multiple of 32. Rows in tiles of R (balanced, up to 16) and blocks of
 // up to 8 tiles (outermost: a block's activations stay in cache while every panel passes over them), each
@@ -159,18 +167,18 @@ VS_FAMX void famx_pairs(int64_t b, int64_t e, const uint16_t* hi, const uint16_t
 inline void famx_linear(const float* x, int64_t M, int64_t K, const uint16_t* wp, int64_t panels, const float* bias,
                         float* y, int64_t N) {
   const int64_t tiles = (M + 15) / 16, R = (M + tiles - 1) / tiles, Mp = R * tiles;
-  std::vector<uint16_t> hi(Mp * K), lo(Mp * K);
-  at::parallel_for(0, Mp, 16, [&](int64_t b, int64_t e) { split_rows(x, M, b, e, K, hi.data(), lo.data()); });
+  uint16_t *const hi = split_buffer(2 * Mp * K), *const lo = hi + Mp * K;     // (split_rows writes all Mp rows)
+  at::parallel_for(0, Mp, 16, [&](int64_t b, int64_t e) { split_rows(x, M, b, e, K, hi, lo); });
   if (tiles == 1) {
     at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {      // even shares of panels: any grouping of
-      famx_quads(b, e, hi.data(), lo.data(), R, K, wp, bias, y, N);  // panels gives each output the same steps
+      famx_quads(b, e, hi, lo, R, K, wp, bias, y, N);                // panels gives each output the same steps
     });
     return;
   }
   for (int64_t m0 = 0; m0 < Mp; m0 += 8 * R) {
     const int64_t mp = std::min(8 * R, Mp - m0), mv = std::max<int64_t>(0, std::min(mp, M - m0));
     at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
-      famx_pairs(b, e, hi.data() + m0 * K, lo.data() + m0 * K, mv, mp, R, K, wp, bias, y, N, m0);
+      famx_pairs(b, e, hi + m0 * K, lo + m0 * K, mv, mp, R, K, wp, bias, y, N, m0);
     });
   }
 }
