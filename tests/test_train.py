@@ -135,6 +135,18 @@ def test_batched_greedy_answers_match_the_engine(target_fp32):
         assert got.topk_ids[:, 0].tolist() == got.answer            # greedy rows: the answer is the top-1
 
 
+def test_batched_answers_do_not_depend_on_the_batch(target_fp32):
+    from verispec.train.batch_generate import sample_batch
+    model, tok = target_fp32
+    prompts = [tok.prompt_ids(p) for p in ("Name a colour.", "Write a haiku about the sea, then explain it.",
+                                           "What is 7 times 8?")]
+    together = sample_batch(model, prompts, [0.0] * 3, 10, tok.stop_token_ids, seed=0)
+    for ids, got in zip(prompts, together):
+        alone = sample_batch(model, [ids], [0.0], 10, tok.stop_token_ids, seed=0)[0]
+        assert got.answer == alone.answer
+        assert torch.equal(got.topk_ids, alone.topk_ids) and torch.equal(got.topk_probs, alone.topk_probs)
+
+
 def test_train_draft_cli_writes_a_loadable_draft(tmp_path, tiny_dir, tiny_distill_dir):
     data = tiny_distill_dir
     out = tmp_path / "draft"

@@ -1,8 +1,9 @@
 """Batched sampling from the target, for self-distillation data.
 
-Prompts of different lengths are left-padded into one batch; each row has its own positions, its own sampling
-temperature (0 = greedy) and its own stop. Pad slots are masked out of attention, so a row's output does not
-depend on which rows share its batch (beyond floating-point rounding of batched matrix products).
+Each prompt has a cache of its own, and every pass packs the rows still answering, ragged (`forward_packed`): no
+padding, no mask, and each row attends over its own sequence as decoding it alone would (a left-padded batch
+spent most of a long prompt's prefill on pad rows). Each row has its own sampling temperature (0 = greedy) and
+stop; its output does not depend on which rows share its batch (bit for bit on the row-invariant kernels).
 Besides the tokens, each step keeps the target's top-K next-token probabilities at temperature 1, the soft
 targets a draft is distilled on.
 """
@@ -27,16 +28,11 @@ class Sampled:
 def sample_batch(model: Llama, prompts: list[list[int]], temperatures: list[float], max_new_tokens: int,
                  stop_token_ids: frozenset[int], seed: int, top_k: int = 32) -> list[Sampled]:
     device = model.device
-    batch, longest = len(prompts), max(len(p) for p in prompts)
-    pad = torch.tensor([longest - len(p) for p in prompts], device=device)                 # [batch]
-    tokens = torch.tensor([[0] * (longest - len(p)) + p for p in prompts], device=device)  # [batch, L]
-    positions = (torch.arange(longest, device=device)[None] - pad[:, None]).clamp_min(0)   # [batch, L]
-    valid = torch.ones(batch, longest + max_new_tokens, dtype=torch.bool, device=device)   # key slot usable
-    valid[:, :longest] = torch.arange(longest, device=device)[None] >= pad[:, None]
-    causal = torch.ones(longest, longest, dtype=torch.bool, device=device).tril()
-    cache = model.new_cache(longest + max_new_tokens, batch=batch)
-    hidden = model(tokens, positions, cache, valid[:, None, :longest] & causal)           # [batch, L, D]
-    logits = model.logits(hidden[:, -1])                                                   # [batch, vocab]
+    batch = len(prompts)
+    caches = [model.new_cache(len(p) + max_new_tokens) for p in prompts]
+    hidden = model.forward_packed([(torch.tensor([p], device=device), torch.arange(len(p), device=device)[None],
+                                    c, None) for p, c in zip(prompts, caches)])          # each [1, n_i, D]
+    logits = model.logits(torch.cat([h[:, -1] for h in hidden]))                           # [batch, vocab]
 
     temps = torch.tensor(temperatures, device=device, dtype=torch.float32)[:, None]         # [batch, 1]
     greedy = temps[:, 0] == 0
@@ -58,9 +54,11 @@ def sample_batch(model: Llama, prompts: list[list[int]], temperatures: list[floa
         done = done | torch.isin(token, stops)
         if bool(done.all()) or step == max_new_tokens - 1:
             break
-        hidden = model(token[:, None], (next_pos + step)[:, None], cache,
-                       valid[:, None, :cache.length + 1])                                  # [batch, 1, D]
-        logits = model.logits(hidden[:, -1])
+        live = (~done).nonzero()[:, 0].tolist()                # finished rows pass no more (their tokens are dropped)
+        hidden = model.forward_packed([(token[b].view(1, 1), (next_pos[b] + step).view(1, 1), caches[b], None)
+                                       for b in live])                                      # each [1, 1, D]
+        logits = logits.clone()
+        logits[live] = model.logits(torch.cat([h[:, -1] for h in hidden]))                  # [live, vocab]
 
     live = torch.stack(steps_live, 1).cpu()                                                  # [batch, steps]
     tokens_out = torch.stack(steps_tokens, 1).cpu()
