@@ -27,7 +27,7 @@ TASKS = [
     "Review this code as if it were a pull request: what is good, what would you ask to change?",
 ]
 SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "tkinter", "turtledemo", "ensurepip", "site-packages",
-             "dist-packages", "__pycache__", "config-3.11-x86_64-linux-gnu"}
+             "dist-packages", "__pycache__"}
 
 
 def modules(lib: Path, exclude: set[str]) -> list[Path]:
@@ -35,7 +35,9 @@ def modules(lib: Path, exclude: set[str]) -> list[Path]:
     out = []
     for path in sorted(lib.rglob("*.py")):
         rel = path.relative_to(lib)
-        if set(rel.parts[:-1]) & SKIP_DIRS or rel.as_posix() in exclude or path.name.startswith("_"):
+        dirs = rel.parts[:-1]
+        if set(dirs) & SKIP_DIRS or any(d.startswith("config-") for d in dirs) or rel.as_posix() in exclude \
+                or path.name.startswith("_"):                       # (config-*: the build's own scripts)
             continue
         try:
             if len(path.read_text(encoding="utf-8")) >= 4000:
@@ -87,8 +89,12 @@ def main() -> int:
                                f"Lib/{path.relative_to(args.lib).as_posix()}",
                      "prompt": f"{task}\n\n```python\n{code}\n```"})
     tmp = Path(args.out + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tmp.replace(args.out)
+    try:
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.replace(args.out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        sys.exit(f"make_long_code_prompts: cannot write {args.out}: {e}")
     print(f"wrote {len(rows)} prompts from {min(len(files), args.n)} of {len(files)} modules "
           f"({len(exclude)} benchmark modules left out) to {args.out}")
     return 0

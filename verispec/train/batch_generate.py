@@ -54,11 +54,11 @@ def sample_batch(model: Llama, prompts: list[list[int]], temperatures: list[floa
         done = done | torch.isin(token, stops)
         if bool(done.all()) or step == max_new_tokens - 1:
             break
-        live = (~done).nonzero()[:, 0].tolist()                # finished rows pass no more (their tokens are dropped)
+        answering = (~done).nonzero()[:, 0].tolist()           # finished rows pass no more (their tokens are dropped)
         hidden = model.forward_packed([(token[b].view(1, 1), (next_pos[b] + step).view(1, 1), caches[b], None)
-                                       for b in live])                                      # each [1, 1, D]
+                                       for b in answering])                                 # each [1, 1, D]
         logits = logits.clone()
-        logits[live] = model.logits(torch.cat([h[:, -1] for h in hidden]))                  # [live, vocab]
+        logits[answering] = model.logits(torch.cat([h[:, -1] for h in hidden]))             # [answering, vocab]
 
     live = torch.stack(steps_live, 1).cpu()                                                  # [batch, steps]
     tokens_out = torch.stack(steps_tokens, 1).cpu()
