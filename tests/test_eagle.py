@@ -83,6 +83,32 @@ def test_unrolled_training_lowers_the_loss(tmp_path, tiny_dir, tiny_distill_dir)
     assert "training-time test over 3 draft steps" in (out / "README.md").read_text()
 
 
+
+def test_length_groups_batch_sequences_of_one_span_and_train(monkeypatch, tmp_path, tiny_dir, tiny_distill_dir):
+    from verispec.train import eagle as train
+    feats = [torch.zeros(n, 4) for n in (5, 40, 7, 300, 33, 290, 2)]
+    groups = train.length_groups(feats, 32)
+    assert groups == [[0, 2, 6], [1, 4], [0, 2, 6], [3, 5], [1, 4], [3, 5], [0, 2, 6]]
+    monkeypatch.setattr(train, "eagle_loss", lambda *a, **k: (torch.zeros(()), {}))
+    monkeypatch.setattr(train, "descend", lambda *a: None)
+    head = torch.nn.Linear(1, 1)
+    opt = torch.optim.SGD(head.parameters(), lr=1e-3)
+    for grouped in (None, groups):
+        seen = []
+        monkeypatch.setattr(train, "pad_batch", lambda f, t, head: seen.append({len(x) // 32 for x in f}) or (f, t))
+        train.train_steps(head, opt, feats, feats, 0, 40, 40, 1e-3, 3, 0, 0.5, 0.0, groups=grouped)
+        assert len(seen) == 40
+        assert all(len(spans) == 1 for spans in seen) == (grouped is not None)   # without groups, mixed batches
+    assert {next(iter(s)) for s in seen} == {0, 1, 9}
+    monkeypatch.undo()
+    out = tmp_path / "g"                # and the command trains with it, saying so on the card
+    assert main(["train-eagle", "--data", str(tiny_distill_dir), "--out", str(out), "--model", str(tiny_dir),
+                 "--head-tokens", "256", "--batch", "2", "--dtype", "fp32", "--steps", "4", "--eval-every", "4",
+                 "--group-lengths", "16"]) == 0
+    assert "16-token span of lengths" in (out / "README.md").read_text()
+    assert main(["train-eagle", "--data", str(tiny_distill_dir), "--out", str(out), "--model", str(tiny_dir),
+                 "--group-lengths", "-1"]) == 2
+
 def load(tiny_dir, out):
     from verispec.api import Target
     target = Target.load(str(tiny_dir), "fp32", "cpu")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -214,16 +215,13 @@ def machine_draft_cost(target, proposer, base: CostProfile, draft: str) -> CostP
                    meta={**base.meta, "draft_cost": f"this machine ({path})"})
 
 
-def default_profile_path(folder: str, dtype: str, device) -> "Path":
-    from pathlib import Path
-
+def default_profile_path(folder: str, dtype: str, device) -> Path:
     from .model.loader import home
     return home() / "profiles" / f"{Path(folder).name}-{dtype}-{torch.device(device).type}.json"
 
 
 def cmd_profile(args) -> int:
     import json
-    from pathlib import Path
 
     from .api import Target, make_proposer
     from .bench import run_bench, select

@@ -122,14 +122,28 @@ def draft_acceptance(head: EagleHead, feats: list[torch.Tensor], tokens: list[to
     return (hits / tried.clamp_min(1)[:, None]).tolist()
 
 
+def length_groups(feats: list[torch.Tensor], width: int) -> list[list[int]]:
+    """Each sequence's group (`train_steps`): the sequences whose lengths fall in the same span of `width` tokens,
+    [sequence] -> the indices of its group's members."""
+    spans: dict[int, list[int]] = {}
+    for i, f in enumerate(feats):
+        spans.setdefault(len(f) // width, []).append(i)
+    return [spans[len(f) // width] for f in feats]
+
+
 def train_steps(head: EagleHead, opt, feats, tokens, start: int, stop: int, steps: int, lr: float, batch: int,
                 seed: int, cls_weight: float, noise: float, on_step=None, autocast: bool = False,
-                unroll: int = 1) -> None:
-    """Steps [start, stop): step s trains on sequences drawn by a generator seeded with (seed, s)."""
+                unroll: int = 1, groups: list[list[int]] | None = None) -> None:
+    """Steps [start, stop): step s trains on sequences drawn by a generator seeded with (seed, s). With `groups`
+    (`length_groups`) a batch's first sequence is drawn as before and the rest from its group: a few long sequences
+    among many short ones then pad only batches of their own length."""
     head.train()
     for step in range(start, stop):
         g = torch.Generator().manual_seed(seed * 1_000_003 + step)
         rows = torch.randint(len(feats), (batch,), generator=g).tolist()
+        if groups is not None:
+            mates = groups[rows[0]]
+            rows = rows[:1] + [mates[i] for i in torch.randint(len(mates), (batch - 1,), generator=g).tolist()]
         for group in opt.param_groups:
             group["lr"] = cosine_lr(step, steps, lr, min(50, steps // 10))
         t0 = time.perf_counter()

@@ -75,6 +75,9 @@ def add_train_parsers(sub, model_flags) -> None:
                     help="the head's SwiGLU width (default: the target's; e.g. 2048 for a 1.5B target)")
     te.add_argument("--cls-weight", type=float_in(0, math.inf), default=0.1, help="weight of the KL term (EAGLE: 0.1)")
     te.add_argument("--noise", type=float_in(0, math.inf), default=0.1, help="uniform noise on input features (EAGLE: 0.1)")
+    te.add_argument("--group-lengths", type=int_at_least(0), default=0, metavar="TOKENS",
+                    help="draw each batch's sequences from one span of TOKENS lengths (0: any lengths; long "
+                         "sequences among short ones then pad only their own batches)")
     te.add_argument("--unroll", type=int, default=1, help="training-time test: also learn from the head's own "
                                                           "predictions, N draft steps deep (1 = teacher-forced)")
     te.add_argument("--feature-layers", default="final", help="target features the head reads: 'final' (the "

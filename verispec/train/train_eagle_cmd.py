@@ -11,7 +11,7 @@ import torch
 from ..errors import VerispecError
 from ..model.eagle import EagleHead
 from .data import frequent_tokens
-from .eagle import draft_acceptance, eagle_loss, pad_batch, train_steps
+from .eagle import draft_acceptance, eagle_loss, length_groups, pad_batch, train_steps
 from .medusa import answer_features
 from .progress import StepBar
 from .workdir import cached, data_settings, load_checkpoint, resume, save_checkpoint, start_run, train_in_rounds
@@ -30,7 +30,9 @@ def model_card(args, feature: str, info: str, acc: list[list[float]], wall_s: fl
              f"- training: {args.steps} steps x {args.batch} sequences, lr {args.lr}, seed {args.seed}; loss smooth "
              f"L1 on features + {args.cls_weight} x KL(target || head); feature noise U(-{args.noise}, "
              f"{args.noise}); " + (f"training-time test over {args.unroll} draft steps" if args.unroll > 1
-                                   else "teacher-forced (no training-time test)"), f"- data: {info}",
+                                   else "teacher-forced (no training-time test)")
+             + (f"; each batch's sequences from one {args.group_lengths}-token span of lengths" if args.group_lengths
+                else ""), f"- data: {info}",
              f"- wall time: {wall_s / 60:.1f} min on {torch.get_num_threads()} CPU threads", "",
              "Held-out acceptance by draft depth (drafting from true features, feeding predictions back; hit = "
              "the head's rank-r choice is the target's greedy token, given the earlier ones were):", "",
@@ -94,6 +96,8 @@ def cmd_train_eagle(args) -> int:
         settings["layout"] = args.layout
     if args.intermediate:                      # (likewise)
         settings["intermediate"] = args.intermediate
+    if args.group_lengths:                     # (likewise)
+        settings["group_lengths"] = args.group_lengths
     if taps:                                   # (final alone: the key older runs' feature caches carry)
         features_key = {**features_key, "taps": list(taps)}
         settings["feature_layers"], settings["feature_final"] = list(taps), final
@@ -107,6 +111,7 @@ def cmd_train_eagle(args) -> int:
 
     saved = cached(work / "features.pt", features_key, make_features)
     train_f, held_f = saved["train"], saved["held"]
+    groups = length_groups(train_f, args.group_lengths) if args.group_lengths else None
     train_t, held_t = [e.tokens for e in train], [e.tokens for e in held]
     ckpt_path = work / "checkpoint.pt"
     ckpt = load_checkpoint(ckpt_path, settings)
@@ -135,7 +140,7 @@ def cmd_train_eagle(args) -> int:
     def train_round(start, stop):
         train_steps(head, opt, train_f, train_t, start, stop, args.steps, args.lr, args.batch, args.seed,
                     args.cls_weight, args.noise, lambda _, loss, __: bar.step(loss), args.bf16_autocast,
-                    args.unroll)
+                    args.unroll, groups)
 
     def evaluate_and_save(step, wall):
         head.eval()
