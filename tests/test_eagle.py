@@ -83,7 +83,6 @@ def test_unrolled_training_lowers_the_loss(tmp_path, tiny_dir, tiny_distill_dir)
     assert "training-time test over 3 draft steps" in (out / "README.md").read_text()
 
 
-
 def test_length_groups_batch_sequences_of_one_span_and_train(monkeypatch, tmp_path, tiny_dir, tiny_distill_dir):
     from verispec.train import eagle as train
     feats = [torch.zeros(n, 4) for n in (5, 40, 7, 300, 33, 290, 2)]
@@ -108,6 +107,7 @@ def test_length_groups_batch_sequences_of_one_span_and_train(monkeypatch, tmp_pa
     assert "16-token span of lengths" in (out / "README.md").read_text()
     assert main(["train-eagle", "--data", str(tiny_distill_dir), "--out", str(out), "--model", str(tiny_dir),
                  "--group-lengths", "-1"]) == 2
+
 
 def load(tiny_dir, out):
     from verispec.api import Target
