@@ -65,3 +65,27 @@ def test_false_positive_rate_and_uniform_p_values_over_200_seeds():
     assert 0.02 <= fp_rate <= 0.09, fp_rate
     assert ks_p > 0.01, ks_p
     assert combined <= 0.07, combined
+
+
+def test_packed_runs_sample_what_each_run_samples_alone(target_bf16):
+    """The audit's runs go `--batch` at a time through packed passes, from one shared prefill of the prompt; each
+    run's tokens are those of the same seed generated alone (EAGLE's tree with the n-gram path, at T = 1; 12 runs,
+    5 at a time, so runs join while others are still going)."""
+    from dataclasses import replace
+
+    from verispec.api import make_engine
+    from verispec.audit import sample_sequences
+    from verispec.engine import Engine, GenerationConfig
+    from verispec.sampling import SamplingConfig
+
+    class Bar:
+        def update(self, n):
+            pass
+    tok = target_bf16.tokenizer
+    ids = tok.prompt_ids("the cat sat on the mat. " * 3 + "the cat sat on", False)
+    cfg = GenerationConfig(max_new_tokens=5, k=3, sampling=SamplingConfig(1.0), stop_token_ids=tok.stop_token_ids)
+    for engine in (Engine(target_bf16.model), make_engine("eagle", target_bf16, tree="dynamic+ngram")):
+        packed, drafted, _ = sample_sequences(engine, ids, cfg, 12, 7, Bar(), batch=5)
+        alone = [engine.generate(ids, replace(cfg, seed=7 + i)).token_ids for i in range(12)]
+        assert packed == [tuple(a) + ("<stop>",) * (5 - len(a)) for a in alone]
+        assert len(set(packed)) > 6 and (engine.proposer is None or drafted > 0)

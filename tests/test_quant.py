@@ -55,6 +55,8 @@ SHAPES = [("Q8_0", 37, 896), ("Q5_0", 50, 896), ("Q8_0", 16, 160), ("Q5_0", 20, 
 def test_reconstruction_is_ggufs_dequantize(kind, n, k):
     raw = random_blocks(kind, n, k)
     assert same_bits(quant.dequantize(quant.pack(raw, kind, n, k)), reference(raw, kind, n, k))
+    # the loader's dequantization (embeddings), a few rows at a time: the same bits
+    assert same_bits(quant.dequantize_raw(raw, kind, n, k, rows=16), reference(raw, kind, n, k))
 
 
 @pytest.mark.parametrize("kind,n,k", SHAPES)

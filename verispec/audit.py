@@ -64,20 +64,69 @@ def homogeneity_test(a: Counter, b: Counter, level: float = 0.01, min_expected: 
     return AuditResult(statistic, dof, p, len(table), tv, p >= level)
 
 
-def sample_sequences(engine, prompt_ids, cfg, samples: int, seed0: int, progress) -> tuple[list[tuple], int, int]:
-    """`samples` runs of the first cfg.max_new_tokens tokens, each padded with "<stop>" if it stopped early.
+def sample_sequences(engine, prompt_ids, cfg, samples: int, seed0: int, progress, batch: int = 1
+                     ) -> tuple[list[tuple], int, int]:
+    """`samples` runs of the first cfg.max_new_tokens tokens (run i with seed seed0 + i), each padded with "<stop>"
+    if it stopped early, `batch` runs at a time in packed passes (`serve.batch.Batch`, every run pinned to its own
+    k schedule): a run's tokens are what it would sample alone, bit for bit, so the batch changes only the time.
+    The prompt is run once (`_SharedPrompt`), and every run continues from a copy of it.
 
     Returns the sequences and the drafted and accepted token totals (to show the drafts were exercised).
     """
     from dataclasses import replace
-    out, drafted, accepted = [], 0, 0
-    for i in range(samples):
-        g = engine.generate(prompt_ids, replace(cfg, seed=seed0 + i), reuse_prefix=True)
-        out.append(tuple(g.token_ids) + ("<stop>",) * (cfg.max_new_tokens - len(g.token_ids)))
-        drafted += g.stats.drafted_tokens
-        accepted += g.stats.accepted_tokens
-        progress.update(1)
-    return out, drafted, accepted
+
+    from .engine import Sequence
+    from .proposers.base import fork
+    from .serve.batch import Batch
+    done: dict[int, object] = {}
+    packed, index, pending = Batch(engine.target, engine.profile), {}, iter(range(samples))
+    shared = None
+    while True:
+        while len(packed) < batch and (i := next(pending, None)) is not None:
+            seq = Sequence(engine.target, fork(engine.proposer), prompt_ids, replace(cfg, seed=seed0 + i),
+                           engine.profile)
+            shared = shared or _SharedPrompt(seq)
+            shared.prefill(seq)
+            index[id(seq)] = i
+            packed.join(seq, pinned=True)
+            if seq.done:                                        # it stopped at its first token
+                done[i] = seq.result()
+                progress.update(1)
+        if not packed.running:
+            break
+        for seq in packed.step():
+            done[index[id(seq)]] = seq.result()
+            progress.update(1)
+        if packed.failed:                                       # a run's own error: the audit cannot go on
+            raise packed.failed[0][1]
+    out = [tuple(done[i].token_ids) + ("<stop>",) * (cfg.max_new_tokens - len(done[i].token_ids))
+           for i in range(samples)]
+    return (out, sum(g.stats.drafted_tokens for g in done.values()),
+            sum(g.stats.accepted_tokens for g in done.values()))
+
+
+class _SharedPrompt:
+    """The audit's prompt run through the target once: its keys and values (a cache) and its hidden states.
+    `prefill(seq)` gives a run a copy of both (`Sequence.prefill`'s `hidden`): the same bits as the run's own
+    prefill, and a proposer that reads features (EAGLE) sees every prompt position's."""
+
+    def __init__(self, seq):
+        import torch
+        prompt, target = seq.prompt, seq.target
+        self.capacity, self.cache = seq.capacity, target.new_cache(seq.capacity)
+        tokens = torch.tensor([prompt], device=target.device)                               # [1, n]
+        positions = torch.arange(len(prompt), device=target.device)[None]                  # [1, n]
+        with torch.inference_mode():
+            self.hidden = target(tokens, positions, self.cache)                            # [1, n, D]
+
+    def prefill(self, seq) -> None:
+        if seq.capacity != self.capacity:
+            return seq.prefill()
+        cache = seq.target.new_cache(self.capacity)
+        cache.k.copy_(self.cache.k)
+        cache.v.copy_(self.cache.v)
+        cache.advance(self.cache.length)
+        seq.prefill(cache, seq.prompt, self.hidden)
 
 
 def audit_tests(a: list[tuple], b: list[tuple], level: float, skip: int = 1
@@ -161,8 +210,10 @@ def cmd_audit(args) -> int:
                            stop_token_ids=target.tokenizer.stop_token_ids)
     ids = target.tokenizer.prompt_ids(args.prompt, not args.no_chat)
     with tqdm(total=2 * args.samples, desc="audit", unit="sample", file=sys.stderr) as bar:
-        a, _, _ = sample_sequences(plain, ids, replace(cfg, acceptance="exact"), args.samples, args.seed, bar)
-        b, drafted, accepted = sample_sequences(spec, ids, cfg, args.samples, args.seed + SEED_OFFSET, bar)
+        a, _, _ = sample_sequences(plain, ids, replace(cfg, acceptance="exact"), args.samples, args.seed, bar,
+                                   args.batch)
+        b, drafted, accepted = sample_sequences(spec, ids, cfg, args.samples, args.seed + SEED_OFFSET, bar,
+                                                args.batch)
     if drafted == 0:
         raise VerispecError(f"{args.method} drafted nothing on this prompt, so the audit cannot test it; "
                             "try a prompt whose answer repeats its input, or more --tokens")

@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--tokens", type=int, default=4, help="compare the law of the first M tokens (default 4)")
     a.add_argument("--prompt", default="Repeat this sentence exactly: the blue cat sat on the blue mat.")
     a.add_argument("--level", type=float_in(0, 1, True, True), default=0.01, help="FAIL when the p-value is below this")
+    a.add_argument("--batch", type=int_at_least(1), default=16,
+                   help="runs sampled together in packed passes (default 16; each run's tokens are what it samples "
+                        "alone, so this changes only the time; 1: one after another)")
     _model_flags(a)
     _decoding_flags(a)
     a.set_defaults(temperature=1.0, k=4)

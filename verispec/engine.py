@@ -180,30 +180,34 @@ class Sequence:
         return self.finish_reason is not None
 
     @torch.inference_mode()
-    def prefill(self, cache=None, cached_tokens: list[int] = ()) -> None:
+    def prefill(self, cache=None, cached_tokens: list[int] = (), hidden: torch.Tensor | None = None) -> None:
         """Fill a cache with the prompt (reusing `cache` and the prefix it shares with `cached_tokens`, if given)
-        and draw the first token."""
+        and draw the first token. hidden: the whole prompt's hidden states [1, n, D], its keys and values already
+        in `cache` (runs of one prompt sharing one prefill, as `audit`'s do): only the output head runs."""
         if self.proposer is not None:
             self.proposer.prepare(self.capacity)
         keep = 0
         if cache is not None and cache.capacity >= self.capacity:
-            for a, b in zip(cached_tokens, self.prompt[:-1]):
+            for a, b in zip(cached_tokens, self.prompt[:-1] if hidden is None else self.prompt):
                 if a != b:
                     break
                 keep += 1
         else:
             cache = self.target.new_cache(self.capacity)
+        if hidden is not None and keep < len(self.prompt):
+            raise ValueError("prefilling from given hidden states needs the whole prompt cached")
         cache.truncate(keep)
         self.cache, self.cached_tokens = cache, list(self.prompt)
-        device, prompt = self.target.device, self.prompt
-        tokens = upload([prompt[keep:]], device)                                  # [1, n]
-        positions = torch.arange(keep, len(prompt), device=device)[None]          # [1, n]
-        hidden = self.target(tokens, positions, cache)                            # [1, n, D]
+        if hidden is None:
+            device, prompt = self.target.device, self.prompt
+            tokens = upload([prompt[keep:]], device)                              # [1, n]
+            positions = torch.arange(keep, len(prompt), device=device)[None]      # [1, n]
+            hidden = self.target(tokens, positions, cache)                        # [1, n, D]
         if self._observe is not None:
             self._observe(hidden[0])
         logits = self.target.logits(hidden[:, -1:])                               # [1, 1, vocab]
         self.stats.target_passes = 1
-        u = upload(torch.rand(1, generator=self.gen), device)
+        u = upload(torch.rand(1, generator=self.gen), self.target.device)
         first = sample(probs(logits[:, 0], self.cfg.sampling), u)
         self.out.append(int(first))
         self.stats.time_prefill_s = time.perf_counter() - self._t_start

@@ -9,6 +9,7 @@ products, which AMX-BF16 tiles give bits of their own (famx.h): VERISPEC_ISA=avx
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import platform
@@ -118,8 +119,13 @@ def compile_extension(name: str, sources: list[Path], folder: Path, include: lis
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
     folder.mkdir(parents=True, exist_ok=True)
-    return cpp_load(name=name, sources=[str(p) for p in sources], extra_include_paths=[str(p) for p in include],
-                    extra_cflags=FLAGS, extra_ldflags=["-fopenmp"], build_directory=str(folder), verbose=False)
+    with open(folder / "build.flock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)            # released when this process ends, however it ends
+        # torch's own lock file, which it waits on forever: under our lock no other build runs, so one found
+        # here was left by a build that was killed (Ctrl-C during the first build)
+        (folder / "lock").unlink(missing_ok=True)
+        return cpp_load(name=name, sources=[str(p) for p in sources], extra_include_paths=[str(p) for p in include],
+                        extra_cflags=FLAGS, extra_ldflags=["-fopenmp"], build_directory=str(folder), verbose=False)
 
 
 def _build():

