@@ -89,3 +89,21 @@ def test_packed_runs_sample_what_each_run_samples_alone(target_bf16):
         alone = [engine.generate(ids, replace(cfg, seed=7 + i)).token_ids for i in range(12)]
         assert packed == [tuple(a) + ("<stop>",) * (5 - len(a)) for a in alone]
         assert len(set(packed)) > 6 and (engine.proposer is None or drafted > 0)
+
+
+def test_a_reused_prefix_leaves_eagle_every_prompt_feature(target_bf16):
+    """`Engine.generate(reuse_prefix=True)` runs only the new prompt positions, and EAGLE's head drafts from every
+    position's features: with a feature-reading proposer the prefix is not reused, so a seeded run at T = 1 samples
+    what it samples afresh (it did not: the head drafted from the last prompt token's feature alone)."""
+    from dataclasses import replace
+
+    from verispec.api import make_engine
+    from verispec.engine import GenerationConfig
+    from verispec.sampling import SamplingConfig
+    tok = target_bf16.tokenizer
+    ids = tok.prompt_ids("the cat sat on the mat. " * 3 + "the cat sat on", False)
+    cfg = GenerationConfig(max_new_tokens=5, k=3, sampling=SamplingConfig(1.0), stop_token_ids=tok.stop_token_ids)
+    engine = make_engine("eagle", target_bf16)
+    for seed in range(1001, 1005):
+        fresh = engine.generate(ids, replace(cfg, seed=seed)).token_ids
+        assert engine.generate(ids, replace(cfg, seed=seed), reuse_prefix=True).token_ids == fresh

@@ -376,9 +376,12 @@ class Engine:
     @torch.inference_mode()
     def generate(self, prompt: list[int], cfg: GenerationConfig,
                  on_tokens: Callable[[list[int]], None] | None = None, reuse_prefix: bool = False) -> Generation:
-        """Generate up to cfg.max_new_tokens tokens after `prompt`; `on_tokens` hears each cycle's new tokens."""
+        """Generate up to cfg.max_new_tokens tokens after `prompt`; `on_tokens` hears each cycle's new tokens.
+        reuse_prefix: keep the keys and values of the prefix this prompt shares with the last one, unless the
+        proposer reads the target's features (EAGLE drafts from every prompt position's, which are not kept)."""
         seq = self.sequence(prompt, cfg, on_tokens)
-        seq.prefill(self.cache, self.cached_tokens if reuse_prefix else [])
+        reuse = reuse_prefix and not (self.proposer is not None and self.proposer.reads_features)
+        seq.prefill(self.cache, self.cached_tokens if reuse else [])
         self.cache = seq.cache
         while not seq.done:
             step = seq.plan(seq.draft_length())
