@@ -58,45 +58,51 @@ class Packed:
         return sum(t.numel() * t.element_size() for t in (self.q, self.sc, self.mn, self.d, self.dmin))
 
 
-def _f16(b: np.ndarray) -> np.ndarray:
+def _f16(b: torch.Tensor) -> torch.Tensor:
     """[..., 2] uint8 -> [...] fp16 (little-endian, as GGUF stores it)."""
-    return np.ascontiguousarray(b).view(np.float16)[..., 0]
+    return b.contiguous().view(torch.float16)[..., 0]
 
 
-def _unpack(blocks: np.ndarray, kind: str) -> dict[str, np.ndarray]:
-    """blocks [B, bytes per block] uint8 -> per-block fields, following gguf-py's dequantize_blocks.
-    q [B, block] int8 (or uint8 for Q4_K, Q4_1), scales [B, groups], d / dmin [B]."""
+def _shifted(b: torch.Tensor, shifts: list[int]) -> torch.Tensor:
+    """uint8 [..., 1, m] -> [..., len(shifts), m]: b >> s for each shift s."""
+    return b >> torch.tensor(shifts, dtype=torch.uint8).reshape(len(shifts), 1)
+
+
+def _unpack(blocks: torch.Tensor, kind: str) -> dict[str, torch.Tensor]:
+    """blocks [B, bytes per block] uint8 -> per-block fields, following gguf-py's dequantize_blocks (in torch, whose
+    integer operations run on every core). q [B, block] int8 (or uint8 for Q4_K, Q4_1), scales [B, groups], d /
+    dmin [B]."""
     B = blocks.shape[0]
     if kind == "Q4_1":      # d, m, 16 bytes: k 0-15 in the low nibbles, 16-31 in the high ones
         qs = blocks[:, 4:20]
-        return {"q": np.concatenate([qs & 0x0F, qs >> 4], axis=1), "d": _f16(blocks[:, :2]),
-                "dmin": _f16(blocks[:, 2:4])}
+        return {"q": torch.cat([qs & 0x0F, qs >> 4], 1), "d": _f16(blocks[:, :2]), "dmin": _f16(blocks[:, 2:4])}
     if kind == "Q8_0":
-        return {"q": blocks[:, 2:].view(np.int8), "d": _f16(blocks[:, :2])}
+        return {"q": blocks[:, 2:].contiguous().view(torch.int8), "d": _f16(blocks[:, :2])}
     if kind == "Q5_0":
-        qh = np.ascontiguousarray(blocks[:, 2:6]).view(np.uint32)                               # [B, 1]
-        hi = ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)                       # [B, 32]
+        qh = blocks[:, 2:6].contiguous().view(torch.int32).long() & 0xFFFFFFFF                 # [B, 1]
+        hi = ((qh >> torch.arange(32)) & 1).to(torch.uint8)                                     # [B, 32]
         qs = blocks[:, 6:22]
-        lo = np.concatenate([qs & 0x0F, qs >> 4], axis=1)                                       # [B, 32]
-        return {"q": (lo | (hi << 4)).view(np.int8) - np.int8(16), "d": _f16(blocks[:, :2])}
+        lo = torch.cat([qs & 0x0F, qs >> 4], 1)                                                 # [B, 32]
+        return {"q": (lo | (hi << 4)).view(torch.int8) - 16, "d": _f16(blocks[:, :2])}
     if kind == "Q6_K":
         ql, qh = blocks[:, :128], blocks[:, 128:192]
-        lo = (ql.reshape(B, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F
-        hi = (qh.reshape(B, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 0x03
-        q = (lo.reshape(B, 8, 32) | (hi.reshape(B, 8, 32) << 4)).view(np.int8) - np.int8(32)
-        return {"q": q.reshape(B, QK_K), "sc": blocks[:, 192:208].view(np.int8), "d": _f16(blocks[:, 208:210])}
+        lo = _shifted(ql.reshape(B, 2, 1, 64), [0, 4]) & 0x0F                                  # [B, 2, 2, 64]
+        hi = _shifted(qh.reshape(B, 2, 1, 32), [0, 2, 4, 6]) & 0x03                            # [B, 2, 4, 32]
+        q = (lo.reshape(B, 8, 32) | (hi.reshape(B, 8, 32) << 4)).view(torch.int8) - 32
+        return {"q": q.reshape(B, QK_K), "sc": blocks[:, 192:208].contiguous().view(torch.int8),
+                "d": _f16(blocks[:, 208:210])}
     # Q4_K: d, dmin, 12 bytes of 6-bit scales and mins, 128 bytes of nibbles
     s = blocks[:, 4:16].reshape(B, 3, 4)
     dd, mm, md = s[:, 0], s[:, 1], s[:, 2]
-    sc = np.concatenate([dd & 0x3F, (md & 0x0F) | ((dd >> 2) & 0x30)], axis=1)                 # [B, 8]
-    mn = np.concatenate([mm & 0x3F, (md >> 4) | ((mm >> 2) & 0x30)], axis=1)                   # [B, 8]
-    q = (blocks[:, 16:].reshape(B, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F
+    sc = torch.cat([dd & 0x3F, (md & 0x0F) | ((dd >> 2) & 0x30)], 1)                          # [B, 8]
+    mn = torch.cat([mm & 0x3F, (md >> 4) | ((mm >> 2) & 0x30)], 1)                            # [B, 8]
+    q = _shifted(blocks[:, 16:].reshape(B, 4, 1, 32), [0, 4]) & 0x0F                           # [B, 4, 2, 32]
     return {"q": q.reshape(B, QK_K), "sc": sc, "mn": mn, "d": _f16(blocks[:, :2]), "dmin": _f16(blocks[:, 2:4])}
 
 
-def _panels(a: np.ndarray, n: int) -> torch.Tensor:
+def _panels(a: torch.Tensor, n: int) -> torch.Tensor:
     """[N, G] per-output values -> [ceil(N/16), G, 16] (zero padding), the kernel's panel layout."""
-    t = torch.from_numpy(np.ascontiguousarray(a)).reshape(n, -1)
+    t = a.reshape(n, -1)
     pad = -n % 16
     if pad:
         t = torch.cat([t, t.new_zeros(pad, t.shape[1])])
@@ -114,7 +120,7 @@ def pack(raw: np.ndarray | torch.Tensor, kind: str, n: int, k: int, rows_per_chu
     raw = raw.reshape(n, (k // block) * size).view(np.uint8)
     parts = []
     for r0 in range(0, n, rows_per_chunk):     # chunks of whole panels keep the temporaries small
-        rows = raw[r0:r0 + rows_per_chunk]
+        rows = torch.from_numpy(np.array(raw[r0:r0 + rows_per_chunk]))         # a copy: the file's pages are read-only
         f = _unpack(rows.reshape(-1, size), kind)
         fields = {name: _panels(v, rows.shape[0]) for name, v in f.items()}
         fields["q"] = _words(fields["q"], kind)
@@ -136,8 +142,7 @@ def q4_1(w: torch.Tensor) -> Packed:
     d, m = ((hi - lo) / 15).half(), lo.half()
     inv = torch.where(d.float() > 0, 1 / d.float(), torch.zeros_like(lo))
     q = torch.round((b - m.float()[..., None]) * inv[..., None]).clamp(0, 15).to(torch.uint8).reshape(n, k)
-    return Packed("Q4_1", n, k, _words(_panels(q.numpy(), n), "Q4_1"), _EMPTY, _EMPTY, _panels(d.numpy(), n),
-                  _panels(m.numpy(), n))
+    return Packed("Q4_1", n, k, _words(_panels(q, n), "Q4_1"), _EMPTY, _EMPTY, _panels(d, n), _panels(m, n))
 
 
 def merge(parts: list[Packed]) -> list[Packed]:
