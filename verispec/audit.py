@@ -78,27 +78,28 @@ def sample_sequences(engine, prompt_ids, cfg, samples: int, seed0: int, progress
     from .engine import Sequence
     from .proposers.base import fork
     from .serve.batch import Batch
-    done: dict[int, object] = {}
-    packed, index, pending = Batch(engine.target, engine.profile), {}, iter(range(samples))
-    shared = None
+    done: dict[int, object] = {}                                # run i -> its result (seed seed0 + i)
+
+    def record(seq):
+        done[seq.cfg.seed - seed0] = seq.result()
+        progress.update(1)
+    packed, pending, shared = Batch(engine.target, engine.profile), iter(range(samples)), None
     while True:
         while len(packed) < batch and (i := next(pending, None)) is not None:
             seq = Sequence(engine.target, fork(engine.proposer), prompt_ids, replace(cfg, seed=seed0 + i),
                            engine.profile)
             shared = shared or _SharedPrompt(seq)
             shared.prefill(seq)
-            index[id(seq)] = i
             packed.join(seq, pinned=True)
             if seq.done:                                        # it stopped at its first token
-                done[i] = seq.result()
-                progress.update(1)
+                record(seq)
         if not packed.running:
             break
         for seq in packed.step():
-            done[index[id(seq)]] = seq.result()
-            progress.update(1)
-        if packed.failed:                                       # a run's own error: the audit cannot go on
-            raise packed.failed[0][1]
+            record(seq)
+        failed = packed.take_failed()
+        if failed:                                              # a run's own error: the audit cannot go on
+            raise failed[0][1]
     out = [tuple(done[i].token_ids) + ("<stop>",) * (cfg.max_new_tokens - len(done[i].token_ids))
            for i in range(samples)]
     return (out, sum(g.stats.drafted_tokens for g in done.values()),
@@ -107,22 +108,21 @@ def sample_sequences(engine, prompt_ids, cfg, samples: int, seed0: int, progress
 
 class _SharedPrompt:
     """The audit's prompt run through the target once: its keys and values (a cache) and its hidden states.
-    `prefill(seq)` gives a run a copy of both (`Sequence.prefill`'s `hidden`): the same bits as the run's own
-    prefill, and a proposer that reads features (EAGLE) sees every prompt position's."""
+    `prefill(seq)` gives a run (the same prompt, proposer and settings but the seed, so the same capacity) a copy of
+    both (`Sequence.prefill`'s `hidden`): the same bits as the run's own prefill, and a proposer that reads features
+    (EAGLE) sees every prompt position's."""
 
     def __init__(self, seq):
         import torch
         prompt, target = seq.prompt, seq.target
-        self.capacity, self.cache = seq.capacity, target.new_cache(seq.capacity)
+        self.cache = target.new_cache(seq.capacity)
         tokens = torch.tensor([prompt], device=target.device)                               # [1, n]
         positions = torch.arange(len(prompt), device=target.device)[None]                  # [1, n]
         with torch.inference_mode():
             self.hidden = target(tokens, positions, self.cache)                            # [1, n, D]
 
     def prefill(self, seq) -> None:
-        if seq.capacity != self.capacity:
-            return seq.prefill()
-        cache = seq.target.new_cache(self.capacity)
+        cache = seq.target.new_cache(seq.capacity)
         cache.k.copy_(self.cache.k)
         cache.v.copy_(self.cache.v)
         cache.advance(self.cache.length)
