@@ -165,7 +165,8 @@ inline uint16_t* split_buffer(int64_t n) {
 // up to 8 tiles (outermost: a block's activations stay in cache while every panel passes over them), each
 // block's panels shared evenly by the threads. Every thread splits the rows it multiplies itself, into its own
 // scratch: split by one thread and read by another, every line of hi and lo crossed between the cores' caches,
-// which cost more than the products at 8-16 rows (w2 at 16 rows: 50.8 us against 22.9; the same bits).
+// which cost more than the products at 8-16 rows (w2 at 16 rows: 53.8 us against 24.6, the same bits;
+// bench/results/s49/split_ab.txt).
 inline void famx_linear(const float* x, int64_t M, int64_t K, const uint16_t* wp, int64_t panels, const float* bias,
                         float* y, int64_t N) {
   const int64_t tiles = (M + 15) / 16, R = (M + tiles - 1) / tiles, Mp = R * tiles;

@@ -15,9 +15,9 @@
 namespace {
 
 // A std::vector whose data starts on a 64-byte line. AMX tile loads (famx.h, aamx.h, qamx.h) read 64-byte rows:
-// from a line boundary each row is one line; from malloc's 16-byte alignment each is two, and a tile load costs
-// about 2.7x as much (measured on Sapphire Rapids: 16.8 against 6.2 ns a load and product from L1). Alignment
-// changes where the data lies, never a bit of what is computed.
+// from a line boundary each row is one line; from malloc's 16-byte alignment each is two, and a tile load with its
+// product costs 15.6-16.6 ns instead of 5.9-6.1 from L1 (Sapphire Rapids, bench/results/s49/tile_loads.txt).
+// Alignment changes where the data lies, never a bit of what is computed.
 template <typename T>
 struct LineAllocator {
   using value_type = T;
