@@ -14,12 +14,18 @@ from test_quant import SHAPES, random_blocks, same_bits
 
 SOURCE = Path(__file__).with_name("kernels") / "amx_emulated.cpp"
 KERNELS = Path(kernels.__file__).parent
+# the AMX path's steps around the tiles (the float epilogue, activation quantization) are AVX-512 code: qamx.h's
+# VS_AMX target without its amx-* parts. A CPU without them can never run this path, emulated tiles or not.
+NEEDS = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_vnni"}
 
 
 @pytest.fixture(scope="module")
 def emulated():
     if kernels.load() is None:
         pytest.skip(f"kernels unavailable: {kernels.status()}")
+    missing = NEEDS - kernels.cpu_flags()
+    if missing:
+        pytest.skip(f"the AMX path's AVX-512 steps cannot run here: this CPU lacks {', '.join(sorted(missing))}")
     key = hashlib.sha1(b"".join(p.read_bytes() for p in [SOURCE, *kernels.SOURCES, *kernels.HEADERS])
                        + torch.__version__.encode()).hexdigest()[:12]
     return kernels.compile_extension(f"verispec_amx_emulated_{key}", [SOURCE],
