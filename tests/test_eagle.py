@@ -159,6 +159,28 @@ def test_a_dynamic_trees_prior_yield_is_the_best_static_tree_of_its_size(tiny_di
     assert eagle_proposer(target, str(tiny_eagle[0])).expected_accepted is None          # a chain: alpha's
 
 
+def test_a_static_tree_has_its_heads_yield_and_auto_k_gates_it(tiny_dir, tiny_eagle):
+    """A static EAGLE tree's prior yield comes from the head's measured acceptance, so `--k auto` verifies it or
+    decodes plainly, whichever the cost model predicts faster (it always drafted before: 0.90x plain in gguf-q8 on
+    an AVX2-only CPU, where the head costs 0.3 of a pass)."""
+    from verispec.api import Target, eagle_proposer
+    from verispec.autok import AutoTree, CostProfile
+    from verispec.engine import GenerationConfig, Sequence
+    from verispec.tree import expected_accepted
+    target = Target.load(str(tiny_dir), "fp32", "cpu")
+    _, cfg = load_eagle(tiny_eagle[0], target.model, torch.float32)
+    prop = eagle_proposer(target, str(tiny_eagle[0]), "4+ngram")
+    assert prop.expected_accepted == pytest.approx(expected_accepted(prop.tree, cfg["acceptance"]))
+    prompt = target.tokenizer.prompt_ids("Hi")
+    cheap = CostProfile(tree_curve={4: 1.1, 8: 1.2}, draft_cost={"eagle": 0.01})
+    seq = Sequence(target.model, prop, prompt, GenerationConfig(max_new_tokens=4, k="auto"), cheap)
+    assert isinstance(seq.auto, AutoTree) and seq.auto.depth == prop.tree.depth
+    assert seq.auto.mean_accepted == pytest.approx(prop.expected_accepted)
+    dear = CostProfile(tree_curve={4: 1.1, 8: 1.2}, draft_cost={"eagle": 3.0})      # no yield repays 4 passes
+    seq = Sequence(target.model, prop, prompt, GenerationConfig(max_new_tokens=4, k="auto"), dear)
+    assert seq.auto.next_k() == 0
+
+
 def test_dynamic_tree_keeps_the_most_confident_nodes_parents_first(tiny_dir, tiny_eagle):
     target, head, _ = load(tiny_dir, tiny_eagle[0])
     prop = EagleProposer(head, "dynamic", nodes=7, depth=4, expand=3)

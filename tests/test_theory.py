@@ -190,6 +190,19 @@ def test_auto_tree_charges_the_nodes_each_cycle_verifies():
     assert chain.mean_accepted == pytest.approx(0.5 + 0.25 + 0.125)
 
 
+def test_a_static_trees_gate_charges_grafted_nodes_too():
+    """A static tree with an n-gram path grafted on verifies more nodes where the context repeats: the gate's
+    running cost follows the nodes each cycle verified, as a dynamic tree's does."""
+    from verispec.autok import CostProfile
+    from verispec.tree import topk_per_depth
+    prof = CostProfile(tree_curve={4: 1.4, 8: 2.0, 16: 4.0}, draft_cost={"eagle": 0.2})
+    auto = prof.tree_chooser("eagle", topk_per_depth([2, 1, 1]), expected_accepted=1.0)     # 6 nodes
+    assert auto.cost == pytest.approx(1.7 + 0.2) and auto.next_k() == 3
+    for _ in range(60):                                   # every cycle: the tree and a 12-node grafted path
+        auto.update(checked=3, accepted=2, nodes=16)
+    assert auto.cost == pytest.approx(4.2, rel=0.05) and auto.next_k() == 0
+
+
 def test_auto_tree_verifies_while_the_tree_pays_and_decodes_plainly_when_it_does_not():
     from verispec.autok import MARGIN, AutoTree
     auto = AutoTree(cost=1.5, depth=3, prior_accepted=1.0, probe_every=4, max_probe_every=8)

@@ -29,6 +29,7 @@ DEFAULT_MEDUSA = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-medus
 GRAFT_NGRAM = 6    # longest prompt-lookup path grafted onto a tree ("--tree SHAPE+ngram")
 DEFAULT_EAGLE = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-eagle"
 SHIPPED_PROFILES = Path(__file__).parent / "profiles"
+HEADS = {"eagle": (DEFAULT_EAGLE, "eagle"), "medusa": (DEFAULT_MEDUSA, "medusa")}   # heads' shipped folders
 DRAFT_HEADS = Path(__file__).parent / "heads"         # named drafts' reduced output heads (token id lists)
 
 
@@ -213,7 +214,10 @@ def medusa_proposer(target: Target, heads: str | None = None, tree: str | None =
     shape = tree_shape(target, trees["acceptance"], tree, "medusa")
     if shape.depth > model.num_heads:
         raise VerispecError(f"the tree is {shape.depth} deep but {folder} has only {model.num_heads} heads")
-    return MedusaProposer(model, shape, trees["acceptance"], graft)
+    make = lambda shape: MedusaProposer(model, shape, trees["acceptance"], graft)    # noqa: E731
+    if tree in (None, "auto"):
+        return measured_size(target, trees["acceptance"], make(shape), make, heads)
+    return make(shape)
 
 
 def tree_shape(target: Target, acceptance: list[list[float]], tree: str | None, method: str):
@@ -255,7 +259,23 @@ def eagle_proposer(target: Target, head: str | None = None, tree: str | None = N
         nodes = int(size) if size else tree_shape(target, acceptance, "auto", "eagle").size
         return EagleProposer(model, "dynamic", nodes=nodes, depth=len(acceptance), expand=min(nodes, 8),
                              graft=graft, acceptance=acceptance)
-    return EagleProposer(model, "static", tree_shape(target, acceptance, tree, "eagle"), graft=graft)
+    make = lambda shape: EagleProposer(model, "static", shape, graft=graft, acceptance=acceptance)   # noqa: E731
+    proposer = make(tree_shape(target, acceptance, tree, "eagle"))
+    return measured_size(target, acceptance, proposer, make, head) if tree == "auto" else proposer
+
+
+def measured_size(target: Target, acceptance: list[list[float]], proposer: Proposer, make, heads: str | None):
+    """An auto-sized static tree of heads (`proposer`, sized with the profile's c) sized again with its c measured
+    on this machine, where the profile is the shipped one (`engine_profile`): heads cost 0.07 of a pass on one
+    CPU and 0.26-0.31 on another (session 50), and the best size turns on it. `make(shape)`: the proposer for
+    another tree."""
+    from .proposers.medusa import auto_tree
+    profile = target.profile()
+    if "verify_costs" not in profile.meta:
+        return proposer
+    c = engine_profile(target, proposer, heads, profile).draft_cost[proposer.name]
+    best = auto_tree(acceptance, profile.tree_cost, c)[0]
+    return proposer if best.choices == proposer.tree.choices else make(best)
 
 
 def make_engine(method: str, target: Target, draft: str | None = None, ngram_max: int = 3,
@@ -277,8 +297,8 @@ def engine_profile(target: Target, proposer: Proposer | None, draft: str | None 
     from .profile import machine_draft_cost
     if isinstance(proposer, DraftModelProposer):
         return machine_draft_cost(target, proposer, profile, draft or default_draft(target))
-    if proposer.makes_trees and proposer.tree is None and proposer.name == "eagle":      # a dynamic tree
-        return machine_draft_cost(target, proposer, profile, draft or default_draft(target, DEFAULT_EAGLE, "eagle"))
+    if proposer.makes_trees and proposer.name in HEADS:        # heads drafting a static or a dynamic tree
+        return machine_draft_cost(target, proposer, profile, draft or default_draft(target, *HEADS[proposer.name]))
     return profile
 
 

@@ -119,7 +119,10 @@ class CostProfile:
                 c = tree.depth * self.draft_cost.get(chain, 0.05)
         c = 0.05 if c is None else c
         per_token = self.draft_cost.get(chain, 0.05) if method in CHAIN_OF else None
+        # a cycle costs what it verified: the tree, a grafted n-gram path's nodes where the context repeats, or
+        # a lookup chain in the tree's place
         return AutoTree(self.tree_cost(tree.size) + c, tree.depth, expected_accepted, margin=margin,
+                        cost_of=lambda n: self.tree_cost(n) + c,
                         catch_up=None if per_token is None else lambda n: per_token * cost_ratio(self.curve, n))
 
 
@@ -208,10 +211,10 @@ class AutoTree(_Probing):
 
     Predicted speedup (1 + m) / C: m a running mean of accepted tokens per tree cycle, starting from the tree's
     expected yield (measured at temperature 0) and following what this request accepts: at higher temperatures
-    deterministic candidates are accepted less often, and the gate closes. C is the cost of a cycle: fixed (a static
-    tree's, as measured), or with `cost_of` (a dynamic tree's) a running mean of T(1 + n)/T(1) + c for the n nodes
-    each cycle verified, from the tree alone at first (a grafted n-gram path adds nodes, and cost, only where the
-    context repeats). No margin by default: c here is the per-cycle cost measured in situ, overheads included (the
+    deterministic candidates are accepted less often, and the gate closes. C is the cost of a cycle: fixed, or with
+    `cost_of` a running mean of T(1 + n)/T(1) + c for the n nodes each cycle verified, from the tree alone at
+    first (a grafted n-gram path adds nodes, and cost, only where the context repeats; a lookup chain verified in
+    the tree's place costs its own length). No margin by default: c here is the per-cycle cost measured in situ, overheads included (the
     chain model's c is per token and misses the per-cycle ones, hence MARGIN there); the profile predicted Medusa
     within 4%. At T > 0 the engine asks for MARGIN too: c and the verify costs are measured greedy, and sampling at
     every node of a tree costs more. A tree's yield per cycle (0, 1, 2 ... tokens) is noisier than one chain token's

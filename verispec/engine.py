@@ -159,9 +159,9 @@ class Sequence:
         self.cache, self.cached_tokens = None, []   # cached_tokens: tokens whose keys/values are in self.cache
         self.out: list[int] = []
         self.finish_reason: str | None = None
-        # k = "auto": chains choose k every cycle; a static tree whose yield the proposer knows (Medusa) or whose
-        # drafter has a chain's profile (draft-tree: `CHAIN_OF`) is verified whole or not at all, whichever is
-        # predicted faster; so is a dynamic tree; EAGLE's static tree always drafts
+        # k = "auto": chains choose k every cycle; a static tree whose yield the proposer knows (Medusa's, EAGLE's
+        # heads) or whose drafter has a chain's profile (draft-tree: `CHAIN_OF`) is verified whole or not at all,
+        # whichever is predicted faster; so is a dynamic tree
         self.auto = None
         if cfg.k == "auto" and proposer is not None:
             expected = proposer.expected_accepted

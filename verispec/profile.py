@@ -149,14 +149,15 @@ def machine_costs(model, base: CostProfile, name: str, dtype: str) -> CostProfil
     from .model.loader import home
     cpu = kernels.cpu_flags_lines() if model.device.type == "cpu" else [torch.cuda.get_device_name(model.device)]
     key = hashlib.sha1(json.dumps([cpu, torch.__version__, torch.get_num_threads(), name, dtype, str(model.device),
-                                   kernels.status() or [kernels.build_dir().name, kernels.isa(kernels.load())]]
-                                  ).encode()).hexdigest()[:12]
+                                   kernels.status() or [kernels.build_dir().name, kernels.isa(kernels.load())],
+                                   15]).encode()).hexdigest()[:12]                 # (rounds)
     path = home() / "profiles" / f"verify-{key}.json"     # (costs-*.json: trees timed apart from chains)
     try:
         measured = json.loads(path.read_text())
     except (OSError, ValueError):
         print("verispec: measuring this machine's verify costs for --k auto (once, a few seconds) ...", file=sys.stderr)
-        curve, trees = verify_times(model, list(range(1, 13)), [4, 8, 16, 32], 256, 7, relative=True)
+        # 15 rounds: on an AVX2-only VM, 7 gave a 4-node tree 1.68-2.25 passes in one hour (session 50)
+        curve, trees = verify_times(model, list(range(1, 13)), [4, 8, 16, 32], 256, 15, relative=True)
         measured = {"curve": curve, "tree_curve": trees}
         with atomic_file(path) as f:
             json.dump(measured, f)
@@ -173,9 +174,10 @@ def machine_draft_cost(target, proposer, base: CostProfile, draft: str) -> CostP
     `--k auto` give up on the 0.5B on code prompts on an AMX Xeon (0.98x) where it measures 0.35 and k = 4 gives
     1.39x. `draft`: the draft's name or path (its identity in the cache key).
 
-    A proposer of dynamic trees (EAGLE-2) gets its c per cycle instead: one whole tree at auto k's deepest,
-    its head's catch-up step included. No profile holds that figure for the Qwen pair's head, and the default of
-    0.05 missed its cost by 5x."""
+    Heads drafting trees (Medusa, EAGLE) get their c per cycle instead: one whole tree (a dynamic one at auto
+    k's deepest), the head's catch-up step included. No profile holds that figure for the Qwen pair's head, and
+    the default of 0.05 missed its cost by 5x; the default model's EAGLE head costs 0.07 of a pass on an AMX Xeon
+    (its shipped profile) and 0.26 in bf16, 0.31 in gguf-q8 on an AVX2-only AMD EPYC (session 50)."""
     import hashlib
     import json
     import sys
@@ -187,13 +189,15 @@ def machine_draft_cost(target, proposer, base: CostProfile, draft: str) -> CostP
     from .model.loader import home
     from .proposers.draft_model import DraftModelProposer
     model = target.model
-    per_cycle = proposer.makes_trees and proposer.tree is None
+    per_cycle = proposer.makes_trees and not isinstance(proposer, DraftModelProposer)
+    shape = [] if proposer.tree is None else [[list(c) for c in proposer.tree.choices]]     # a static tree's
     cpu = kernels.cpu_flags_lines() if model.device.type == "cpu" else [torch.cuda.get_device_name(model.device)]
     from .api import draft_weights
     key = hashlib.sha1(json.dumps([cpu, torch.__version__, torch.get_num_threads(), target.folder, str(draft),
                                    target.dtype, draft_weights(target), str(model.device),
                                    kernels.status() or [kernels.build_dir().name, kernels.isa(kernels.load())]]
-                                  + ([proposer.name, proposer.max_nodes, proposer.graft] if per_cycle else [])
+                                  + ([proposer.name, proposer.max_nodes, proposer.graft, *shape] if per_cycle
+                                     else [])
                                   + ["rounds"]                 # c timed against the target pass round by round
                                   ).encode()).hexdigest()[:12]
     path = home() / "profiles" / f"draft-{key}.json"
@@ -203,7 +207,9 @@ def machine_draft_cost(target, proposer, base: CostProfile, draft: str) -> CostP
         print("verispec: measuring this machine's draft cost for --k auto (once, a few seconds) ...", file=sys.stderr)
         context = torch.randint(0, model.cfg.vocab_size, (256,), generator=torch.Generator().manual_seed(0)).tolist()
         step = one_token_pass(model, 256)                  # timed in the same rounds: c is each round's ratio
-        if per_cycle:
+        if per_cycle and proposer.tree is not None:        # a static tree: draft_cost times the whole tree
+            c = draft_cost(Engine(model, proposer.fork()), context, repeats=9, per_step=step)
+        elif per_cycle:
             k = GenerationConfig().k_max
             c = draft_cost(Engine(model, proposer.fork()), context, k=k, repeats=9, per_step=step) * k
         else:

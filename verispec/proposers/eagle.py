@@ -33,7 +33,7 @@ from ..model.eagle import EagleHead
 from ..model.host import upload
 from ..model.rows import kv_bytes_per_token
 from ..sampling import SamplingConfig
-from ..tree import TokenTree, build_tree, tree_from_acceptance
+from ..tree import TokenTree, build_tree, expected_accepted, tree_from_acceptance
 from .base import Proposal, Proposer, top_choices, widen
 from .eagle_graph import DraftGraph, chain_draft, dynamic_draft, eager_pass, plan_static, static_draft
 from .ngram import LookupRates, lookup_first
@@ -49,8 +49,8 @@ class EagleProposer(Proposer):
 
     def __init__(self, head: EagleHead, mode: str = "chain", tree: TokenTree | None = None, nodes: int = 8,
                  depth: int = 5, expand: int = 4, graft: int = 0, acceptance: list[list[float]] | None = None):
-        """acceptance: the head's measured per-depth, per-rank accuracy (its config's), a dynamic tree's prior
-        yield for auto k: that of the best static tree of `nodes` nodes."""
+        """acceptance: the head's measured per-depth, per-rank accuracy (its config's): auto k's prior yield of a
+        static tree, and of a dynamic one (that of the best static tree of `nodes` nodes)."""
         if mode not in ("chain", "static", "dynamic"):
             raise ValueError(f"EAGLE mode must be chain, static or dynamic, got {mode!r}")
         if mode == "static" and tree is None:
@@ -65,6 +65,8 @@ class EagleProposer(Proposer):
         self.max_nodes = (tree.size if mode == "static" else nodes if mode == "dynamic" else 0) + graft
         if mode == "dynamic" and acceptance:
             self.expected_accepted = tree_from_acceptance(acceptance, nodes)[1]
+        elif mode == "static" and acceptance:               # auto k's prior: verify the tree or decode plainly
+            self.expected_accepted = expected_accepted(tree, acceptance)
         self.cache, self.feats, self.known, self.fed, self.root = None, None, 0, 0, None
         self.lookup = LookupRates(graft)                     # how far this request's lookup paths hold
         self.plans: dict[tuple, list] = {}                   # a static tree's drafting plan, per tree
