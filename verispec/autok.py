@@ -212,13 +212,13 @@ class AutoTree(_Probing):
     Predicted speedup (1 + m) / C: m a running mean of accepted tokens per tree cycle, starting from the tree's
     expected yield (measured at temperature 0) and following what this request accepts: at higher temperatures
     deterministic candidates are accepted less often, and the gate closes. C is the cost of a cycle: fixed, or with
-    `cost_of` a running mean of T(1 + n)/T(1) + c for the n nodes each cycle verified, from the tree alone at
-    first (a grafted n-gram path adds nodes, and cost, only where the context repeats; a lookup chain verified in
-    the tree's place costs its own length). No margin by default: c here is the per-cycle cost measured in situ, overheads included (the
-    chain model's c is per token and misses the per-cycle ones, hence MARGIN there); the profile predicted Medusa
-    within 4%. At T > 0 the engine asks for MARGIN too: c and the verify costs are measured greedy, and sampling at
-    every node of a tree costs more. A tree's yield per cycle (0, 1, 2 ... tokens) is noisier than one chain token's
-    acceptance, hence a longer memory."""
+    `cost_of` a running mean of T(1 + n)/T(1) + c for the n nodes each cycle verified, from the tree alone at first
+    (a grafted n-gram path adds nodes, and cost, only where the context repeats; a lookup chain verified in the
+    tree's place costs its own length). No margin by default: c here is the per-cycle cost measured in situ,
+    overheads included (the chain model's c is per token and misses the per-cycle ones, hence MARGIN there); the
+    profile predicted Medusa within 4%. At T > 0 the engine asks for MARGIN too: c and the verify costs are measured
+    greedy, and sampling at every node of a tree costs more. A tree's yield per cycle (0, 1, 2 ... tokens) is
+    noisier than one chain token's acceptance, hence a longer memory."""
 
     def __init__(self, cost: float, depth: int, prior_accepted: float, prior_weight: float = 8.0,
                  forget: float = 0.95, probe_every: int = 8, max_probe_every: int = 64, margin: float = 0.0,

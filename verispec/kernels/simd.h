@@ -113,16 +113,18 @@ inline int64_t group_first(int64_t M, int64_t G, int64_t g) { return g * (M / G)
 
 // Few rows (1 <= M <= 32), weights in their stored type, converted to fp32 in registers by each tile:
 //   M <= 2:  panel pairs, all rows in one tile, one sweep over K streaming the weights (1 KiB ahead)
-//   M 3, 4:  panel pairs, rows in pairs (2 x 2 tiles: 8 accumulators), in k blocks of KB (below)
-//   M 5, 6:  single panels, all rows in one tile (up to 12 accumulators), one sweep over K
+//   M 3-6:   single panels, all rows in one tile (up to 12 accumulators), one sweep over K (3 and 4 rows ran
+//            0.75-0.95x the time of 2 x 2 tiles of panel pairs in k blocks, 2 threads on Zen 3, session 50)
 //   M > 6:   single panels, rows in groups of <= 6, in k blocks of KB: each block's first group streams it from
 //            memory, the others find it in L1; every group prefetches its share of the next block so memory stays
-//            busy throughout. (Tile shapes per M chosen by measurement on Zen 3, 1 thread.)
+//            busy throughout. (Tile shapes per M chosen by measurement on Zen 3, 1 thread; widening each block
+//            to fp32 once for all groups ran 1.7-2.9x the time, bench/results/s50/few_rows_ab.txt.)
 template <typename T>
 void few_rows(const float* x, int64_t M, int64_t K, const T* wp, int64_t panels, const float* bias, float* y,
               int64_t N) {
-  const int64_t ps = K * 16, G = n_groups(M, M <= 4 ? 2 : MAX_GROUP), every = std::max<int64_t>(1, 64 / (16 * sizeof(T)));
-  const int64_t NP = M <= 4 ? 2 : 1;
+  const int64_t ps = K * 16, G = n_groups(M, M <= 2 ? 2 : MAX_GROUP);
+  const int64_t every = std::max<int64_t>(1, 64 / (16 * sizeof(T)));
+  const int64_t NP = M <= 2 ? 2 : 1;
   at::parallel_for(0, (panels + NP - 1) / NP, 4 / NP, [&](int64_t b, int64_t e) {
     alignas(32) float acc[32 * 32];
     for (int64_t pp = b; pp < e; ++pp) {

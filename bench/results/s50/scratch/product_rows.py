@@ -18,7 +18,8 @@ SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate-up": (3072, 576), "down": (5
 @torch.inference_mode()
 def main() -> None:
     rows = [int(r) for r in (sys.argv[1] if len(sys.argv) > 1 else "1,4,6,8,12,16,17,24,32").split(",")]
-    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[sys.argv[2] if len(sys.argv) > 2 else "bf16"]
+    dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}
+    dtype = dtypes[sys.argv[2] if len(sys.argv) > 2 else "bf16"]
     torch.set_num_threads(2)
     lib = kernels.load()
     print(f"float product: {lib.fp_isa()}, {dtype}")
