@@ -176,6 +176,12 @@ def test_a_static_tree_has_its_heads_yield_and_auto_k_gates_it(tiny_dir, tiny_ea
     seq = Sequence(target.model, prop, prompt, GenerationConfig(max_new_tokens=4, k="auto"), cheap)
     assert isinstance(seq.auto, AutoTree) and seq.auto.depth == prop.tree.depth
     assert seq.auto.mean_accepted == pytest.approx(prop.expected_accepted)
+    # open, it asks for k_max, not the tree's depth: a lookup chain verified in the tree's place (or a grafted
+    # path) may run that long, as without the gate (k = depth cut them to 3 tokens)
+    assert seq.auto.next_k() == GenerationConfig().k_max > prop.tree.depth
+    bare = eagle_proposer(target, str(tiny_eagle[0]), "4")                  # no graft: k is the tree's depth
+    assert Sequence(target.model, bare, prompt, GenerationConfig(max_new_tokens=4, k="auto"),
+                    cheap).auto.next_k() == bare.tree.depth
     dear = CostProfile(tree_curve={4: 1.1, 8: 1.2}, draft_cost={"eagle": 3.0})      # no yield repays 4 passes
     seq = Sequence(target.model, prop, prompt, GenerationConfig(max_new_tokens=4, k="auto"), dear)
     assert seq.auto.next_k() == 0

@@ -105,11 +105,12 @@ class CostProfile:
                         cost_of=lambda n: self.tree_cost(n) + c)
 
     def tree_chooser(self, method: str, tree, expected_accepted: float | None = None,
-                     margin: float = 0.0) -> "AutoTree":
+                     margin: float = 0.0, open_k: int | None = None) -> "AutoTree":
         """Verify the static `tree` or decode plainly. `expected_accepted` None (a draft model's tree, whose yield
         is not known ahead): the prior is the chain's yield at the method's chain alpha (the tree holds that
         chain), and a cycle's drafting, where the profile has no per-cycle cost for `method`, is one draft pass
-        per depth at the chain's per-token cost."""
+        per depth at the chain's per-token cost. `open_k`: the k a verified cycle asks for (default the tree's
+        depth; a tree with a grafted n-gram path asks for more, which only its lookup chains can use)."""
         chain = CHAIN_OF.get(method, method)
         c = self.draft_cost.get(method)
         if expected_accepted is None:
@@ -122,7 +123,7 @@ class CostProfile:
         # a cycle costs what it verified: the tree, a grafted n-gram path's nodes where the context repeats, or
         # a lookup chain in the tree's place
         return AutoTree(self.tree_cost(tree.size) + c, tree.depth, expected_accepted, margin=margin,
-                        cost_of=lambda n: self.tree_cost(n) + c,
+                        cost_of=lambda n: self.tree_cost(n) + c, open_k=open_k,
                         catch_up=None if per_token is None else lambda n: per_token * cost_ratio(self.curve, n))
 
 
@@ -222,9 +223,11 @@ class AutoTree(_Probing):
 
     def __init__(self, cost: float, depth: int, prior_accepted: float, prior_weight: float = 8.0,
                  forget: float = 0.95, probe_every: int = 8, max_probe_every: int = 64, margin: float = 0.0,
-                 cost_of: Callable[[int], float] | None = None, catch_up: Callable[[int], float] | None = None):
+                 cost_of: Callable[[int], float] | None = None, catch_up: Callable[[int], float] | None = None,
+                 open_k: int | None = None):
         super().__init__(probe_every, max_probe_every, margin, catch_up)
         self.depth, self.forget, self.cost_of = depth, forget, cost_of
+        self.open_k = open_k or depth                    # the k of a verified cycle (a probe's too)
         self.total, self.spent, self.weight = prior_accepted * prior_weight, cost * prior_weight, prior_weight
 
     @property
@@ -238,9 +241,9 @@ class AutoTree(_Probing):
 
     def next_k(self, behind: int = 0, remaining: int | None = None) -> int:
         gain = (1 + self.mean_accepted) / self.cost
-        k = self.depth if gain >= 1 + self.margin and self.repays(behind, remaining, gain) else 0
+        k = self.open_k if gain >= 1 + self.margin and self.repays(behind, remaining, gain) else 0
         # a probe after idling: only if even every path accepted whole would repay the catch-up it forces
-        return self._gate(k, self.depth, k > 0 or self.repays(behind, remaining, (1 + self.depth) / self.cost))
+        return self._gate(k, self.open_k, k > 0 or self.repays(behind, remaining, (1 + self.depth) / self.cost))
 
     def update(self, checked: int, accepted: int, nodes: int | None = None) -> None:
         """A verified cycle: `accepted` of its tree's `nodes` draft nodes were kept."""

@@ -169,7 +169,10 @@ class Sequence:
             if not proposer.makes_trees:
                 self.auto = profile.chooser(proposer.name, cfg.k_max)
             elif tree is not None and (expected is not None or proposer.name in CHAIN_OF):
-                self.auto = profile.tree_chooser(proposer.name, tree.cut(cfg.k_max), expected, margin)
+                # (with a grafted n-gram path, an open gate asks for k_max: a lookup chain verified in the
+                # tree's place may run that long, as it does without auto k)
+                self.auto = profile.tree_chooser(proposer.name, tree.cut(cfg.k_max), expected, margin,
+                                                 cfg.k_max if proposer.graft else None)
             elif tree is None:   # a dynamic tree: verify its nodes, at most k_max deep, or decode plainly
                 self.auto = profile.dynamic_tree_chooser(proposer.name, proposer.max_nodes - proposer.graft,
                                                          cfg.k_max, expected, margin)
