@@ -201,6 +201,9 @@ def test_a_static_trees_gate_charges_grafted_nodes_too():
     for _ in range(60):                                   # every cycle: the tree and a 12-node grafted path
         auto.update(checked=3, accepted=2, nodes=16)
     assert auto.cost == pytest.approx(4.2, rel=0.05) and auto.next_k() == 0
+    for _ in range(150):                                  # lookup chains of 4 in the tree's place: no drafting
+        auto.update(checked=5, accepted=4, nodes=4, drafted=False)
+    assert auto.cost == pytest.approx(1.4, rel=0.05) and auto.next_k() == 3
 
 
 def test_auto_tree_verifies_while_the_tree_pays_and_decodes_plainly_when_it_does_not():

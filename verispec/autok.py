@@ -102,7 +102,7 @@ class CostProfile:
             expected_accepted = sum(a ** i for i in range(1, depth + 1))  # E[accepted] of a depth-long chain
         c = self.draft_cost.get(method, 0.05)
         return AutoTree(self.tree_cost(nodes) + c, depth, expected_accepted, margin=margin,
-                        cost_of=lambda n: self.tree_cost(n) + c)
+                        cost_of=lambda n, drafted=True: self.tree_cost(n) + (c if drafted else 0.0))
 
     def tree_chooser(self, method: str, tree, expected_accepted: float | None = None,
                      margin: float = 0.0, open_k: int | None = None) -> "AutoTree":
@@ -123,7 +123,8 @@ class CostProfile:
         # a cycle costs what it verified: the tree, a grafted n-gram path's nodes where the context repeats, or
         # a lookup chain in the tree's place
         return AutoTree(self.tree_cost(tree.size) + c, tree.depth, expected_accepted, margin=margin,
-                        cost_of=lambda n: self.tree_cost(n) + c, open_k=open_k,
+                        cost_of=lambda n, drafted=True: self.tree_cost(n) + (c if drafted else 0.0),
+                        open_k=open_k,
                         catch_up=None if per_token is None else lambda n: per_token * cost_ratio(self.curve, n))
 
 
@@ -200,7 +201,7 @@ class AutoK(_Probing):
             expected_tokens(1.0, k) / (k * self.c + cost_ratio(self.curve, k + 1) + extra) >= 1 + self.margin
             for k in range(1, self.k_max + 1))
 
-    def update(self, checked: int, accepted: int, nodes: int | None = None) -> None:
+    def update(self, checked: int, accepted: int, nodes: int | None = None, drafted: bool = True) -> None:
         if checked == 0:
             return
         self.accepted = self.forget * self.accepted + accepted
@@ -223,7 +224,7 @@ class AutoTree(_Probing):
 
     def __init__(self, cost: float, depth: int, prior_accepted: float, prior_weight: float = 8.0,
                  forget: float = 0.95, probe_every: int = 8, max_probe_every: int = 64, margin: float = 0.0,
-                 cost_of: Callable[[int], float] | None = None, catch_up: Callable[[int], float] | None = None,
+                 cost_of: Callable[..., float] | None = None, catch_up: Callable[[int], float] | None = None,
                  open_k: int | None = None):
         super().__init__(probe_every, max_probe_every, margin, catch_up)
         self.depth, self.forget, self.cost_of = depth, forget, cost_of
@@ -245,11 +246,12 @@ class AutoTree(_Probing):
         # a probe after idling: only if even every path accepted whole would repay the catch-up it forces
         return self._gate(k, self.open_k, k > 0 or self.repays(behind, remaining, (1 + self.depth) / self.cost))
 
-    def update(self, checked: int, accepted: int, nodes: int | None = None) -> None:
-        """A verified cycle: `accepted` of its tree's `nodes` draft nodes were kept."""
+    def update(self, checked: int, accepted: int, nodes: int | None = None, drafted: bool = True) -> None:
+        """A verified cycle: `accepted` of its tree's `nodes` draft nodes were kept; `drafted` False: a lookup
+        chain verified in the tree's place, which cost no drafting (`cost_of` charges it no c)."""
         if checked == 0:
             return
-        spent = self.cost if nodes is None or self.cost_of is None else self.cost_of(nodes)
+        spent = self.cost if nodes is None or self.cost_of is None else self.cost_of(nodes, drafted)
         self.total = self.forget * self.total + accepted
         self.spent = self.forget * self.spent + spent
         self.weight = self.forget * self.weight + 1

@@ -266,7 +266,8 @@ class Sequence:
         depth = proposal.size if proposal.tree is None else proposal.tree.depth
         self.stats.record_cycle(proposal.size, len(accepted), produced, depth)
         if self.auto is not None:
-            self.auto.update(min(len(accepted) + 1, depth), len(accepted), proposal.size)
+            self.auto.update(min(len(accepted) + 1, depth), len(accepted), proposal.size,
+                             drafted=proposal.tree is not None)      # a lookup chain in a tree's place: no drafting
         return self.out[before:]
 
     def result(self) -> "Generation":

@@ -47,6 +47,8 @@ def draft_cost(engine, context_ids: list[int], k: int = 4, repeats: int = 15, pe
                                      device=engine.target.device))
         t0 = time.perf_counter()
         prop.propose(context_ids, tree.depth if tree else k, SamplingConfig(0.0), g)
+        if tree is not None and engine.target.device.type == "cuda":    # a static tree left on the device: its
+            torch.cuda.synchronize(engine.target.device)                 # drafting may still be running
         t = time.perf_counter() - t0
         if per_step is not None:
             t0 = time.perf_counter()
