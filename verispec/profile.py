@@ -158,7 +158,7 @@ def machine_costs(model, base: CostProfile, name: str, dtype: str) -> CostProfil
         measured = json.loads(path.read_text())
     except (OSError, ValueError):
         print("verispec: measuring this machine's verify costs for --k auto (once, a few seconds) ...", file=sys.stderr)
-        # 15 rounds: on an AVX2-only VM, 7 gave a 4-node tree 1.68-2.25 passes in one hour (session 50)
+        # 15 rounds: on an AVX2-only VM, 7 gave a 4-node tree 1.68-2.45 passes within two hours (session 50)
         curve, trees = verify_times(model, list(range(1, 13)), [4, 8, 16, 32], 256, 15, relative=True)
         measured = {"curve": curve, "tree_curve": trees}
         with atomic_file(path) as f:
