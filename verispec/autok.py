@@ -56,6 +56,11 @@ class CostProfile:
         b = min((m for m in self.batch_curve if m >= batch), default=max(self.batch_curve))
         return (c if drafts_together else c * batch / self.batch_scale[b]), self.batch_curve[b]
 
+    def _cycle_cost(self, c: float) -> Callable[..., float]:
+        """A tree cycle's cost in plain steps for the n nodes it verified: T(1 + n)/T(1), plus the drafting c unless
+        nothing was drafted (a lookup chain verified in the tree's place)."""
+        return lambda n, drafted=True: self.tree_cost(n) + (c if drafted else 0.0)
+
     def tree_cost(self, nodes: int) -> float:
         """T(1 + nodes)/T(1) for a token tree: interpolated from the measured tree sizes, else the chain curve."""
         if not self.tree_curve:
@@ -102,7 +107,7 @@ class CostProfile:
             expected_accepted = sum(a ** i for i in range(1, depth + 1))  # E[accepted] of a depth-long chain
         c = self.draft_cost.get(method, 0.05)
         return AutoTree(self.tree_cost(nodes) + c, depth, expected_accepted, margin=margin,
-                        cost_of=lambda n, drafted=True: self.tree_cost(n) + (c if drafted else 0.0))
+                        cost_of=self._cycle_cost(c))
 
     def tree_chooser(self, method: str, tree, expected_accepted: float | None = None,
                      margin: float = 0.0, open_k: int | None = None) -> "AutoTree":
@@ -123,7 +128,7 @@ class CostProfile:
         # a cycle costs what it verified: the tree, a grafted n-gram path's nodes where the context repeats, or
         # a lookup chain in the tree's place
         return AutoTree(self.tree_cost(tree.size) + c, tree.depth, expected_accepted, margin=margin,
-                        cost_of=lambda n, drafted=True: self.tree_cost(n) + (c if drafted else 0.0),
+                        cost_of=self._cycle_cost(c),
                         open_k=open_k,
                         catch_up=None if per_token is None else lambda n: per_token * cost_ratio(self.curve, n))
 
