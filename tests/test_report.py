@@ -125,6 +125,26 @@ def test_heads_static_trees_take_this_machines_cost_per_cycle_and_their_size_fol
     assert sizes[0.001] < sizes[20.0], sizes
 
 
+def test_a_users_profile_of_eagles_chain_is_not_read_as_a_trees_cost_per_cycle(target_bf16, monkeypatch):
+    """`verispec profile` times EAGLE as a chain, so its profile holds c per drafted token; a static or dynamic
+    EAGLE tree's gate needs a whole cycle's. Such a tree gets its cycle measured here (cached per tree shape);
+    Medusa's profiled c, already per cycle, and the chain's are kept as the user measured them."""
+    from dataclasses import replace
+
+    from verispec import profile as profile_mod
+    from verispec.api import engine_profile, make_proposer
+    from verispec.autok import CostProfile
+    monkeypatch.setattr(profile_mod, "machine_draft_cost",
+                        lambda t, p, base, d: replace(base, draft_cost={**base.draft_cost, p.name: 0.5}))
+    own = CostProfile(draft_cost={"eagle": 0.01, "medusa": 0.2}, measured=True)
+    for tree in ("4", "dynamic"):
+        assert engine_profile(target_bf16, make_proposer("eagle", target_bf16, tree=tree),
+                              profile=own).draft_cost["eagle"] == 0.5
+    assert engine_profile(target_bf16, make_proposer("eagle", target_bf16), profile=own).draft_cost["eagle"] == 0.01
+    medusa = make_proposer("medusa", target_bf16, tree="4")
+    assert engine_profile(target_bf16, medusa, profile=own).draft_cost["medusa"] == 0.2
+
+
 def test_a_drafts_cost_is_the_median_of_each_rounds_ratio_to_the_target_pass(monkeypatch):
     """c is timed against the target's pass in the same rounds: a VM that slows down halfway through slows both,
     and each round's ratio stays put (timed apart, the second half's pass would be divided into the first half's

@@ -218,3 +218,12 @@ def test_auto_tree_verifies_while_the_tree_pays_and_decodes_plainly_when_it_does
         auto.update(checked=3, accepted=2)
     assert (1 + auto.mean_accepted) / 1.5 > 1 + MARGIN and auto.next_k() == 3
     assert AutoTree(cost=1.5, depth=3, prior_accepted=0.55).next_k() == 3      # a predicted 3% gain is enough
+
+
+def test_a_tree_smaller_than_the_smallest_measured_one_costs_what_its_rows_cost_as_a_chain():
+    """Trees of 1-3 nodes cost what chains of 2-4 tokens cost (measured within 5%, session 51), not the line from a
+    plain step to the 4-node tree: where rows are dear (AVX2) that line made one node look 15% dearer than it is."""
+    from verispec.autok import CostProfile
+    prof = CostProfile(curve={1: 1.0, 2: 1.2, 3: 1.5, 4: 1.8, 5: 2.4}, tree_curve={4: 2.3, 8: 4.0})
+    assert [prof.tree_cost(n) for n in (1, 2, 3)] == [1.2, 1.5, 1.8]
+    assert prof.tree_cost(4) == 2.3 and prof.tree_cost(6) == pytest.approx(3.15)

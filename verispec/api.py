@@ -271,7 +271,7 @@ def measured_size(target: Target, acceptance: list[list[float]], proposer: Propo
     another tree."""
     from .proposers.medusa import auto_tree
     profile = target.profile()
-    if "verify_costs" not in profile.meta:
+    if not cycle_measured_here(profile, proposer):
         return proposer
     c = engine_profile(target, proposer, heads, profile).draft_cost[proposer.name]
     best = auto_tree(acceptance, profile.tree_cost, c)[0]
@@ -292,14 +292,23 @@ def engine_profile(target: Target, proposer: Proposer | None, draft: str | None 
     (`machine_draft_cost`), since a draft's c differs by machine as much as the verify costs do."""
     profile = profile or target.profile()
     from .proposers.draft_model import DraftModelProposer
-    if "verify_costs" not in profile.meta or proposer is None:
+    if proposer is None:
         return profile
     from .profile import machine_draft_cost
-    if isinstance(proposer, DraftModelProposer):
+    if isinstance(proposer, DraftModelProposer) and "verify_costs" in profile.meta:
         return machine_draft_cost(target, proposer, profile, draft or default_draft(target))
-    if proposer.makes_trees and proposer.name in HEADS:        # heads drafting a static or a dynamic tree
+    if cycle_measured_here(profile, proposer):        # heads drafting a static or a dynamic tree
         return machine_draft_cost(target, proposer, profile, draft or default_draft(target, *HEADS[proposer.name]))
     return profile
+
+
+def cycle_measured_here(profile: CostProfile, proposer: Proposer) -> bool:
+    """Whether a tree of heads gets its c per cycle measured on this machine: where `profile` is the shipped one
+    (its c was measured on another CPU), or where it is `verispec profile`'s but holds the heads' c per token
+    (EAGLE is profiled as a chain: a tree's gate would read one token's drafting as a whole tree's)."""
+    from .profile import TREE_METHODS as PER_CYCLE
+    return (proposer.makes_trees and proposer.name in HEADS
+            and ("verify_costs" in profile.meta or proposer.name not in PER_CYCLE))
 
 
 def check_same_vocab(target: Target, draft_model: Llama, draft_tok: Tokenizer | None) -> None:

@@ -62,8 +62,11 @@ class CostProfile:
         return lambda n, drafted=True: self.tree_cost(n) + (c if drafted else 0.0)
 
     def tree_cost(self, nodes: int) -> float:
-        """T(1 + nodes)/T(1) for a token tree: interpolated from the measured tree sizes, else the chain curve."""
-        if not self.tree_curve:
+        """T(1 + nodes)/T(1) for a token tree: interpolated from the measured tree sizes, else the chain curve.
+        Below the smallest measured tree, the chain curve's 1 + nodes rows: trees of 1-3 nodes cost what chains of
+        2-4 tokens cost, within 5%, and not the line from a plain step to the 4-node tree (the Qwen 1.5B on an
+        AVX2-only CPU: 1.25 steps for one node, the chain 1.17, the line 1.35; session 51)."""
+        if not self.tree_curve or (nodes < min(self.tree_curve) and self.curve):
             return cost_ratio(self.curve, nodes + 1)
         points = sorted({0: 1.0, **self.tree_curve}.items())
         for (n0, v0), (n1, v1) in zip(points, points[1:]):

@@ -190,8 +190,9 @@ VNNI void tile512(const QWeight& w, int64_t p, const int8_t* xq, const float* dx
 
 constexpr int64_t AMX_MIN = 8;  // fewer rows: VNNI is as fast or faster (scripts/q8_isa_speed.py)
 // rows sharing each word's unpacked weights, their sums in registers (VNNI: 12 rows take 24 of 32 zmm; passes of
-// 9-12 rows ran 8-13% faster in one tile than in two, session 38)
-template <bool V> constexpr int64_t MT_MAX = V ? 12 : 4;
+// 9-12 rows ran 8-13% faster in one tile than in two, session 38; AVX2: 5 and 6 rows in one tile took 0.75-0.94x
+// the time of 2 + 3 and 3 + 3 in a whole pass of the Qwen 1.5B, session 51)
+template <bool V> constexpr int64_t MT_MAX = V ? 12 : 6;
 constexpr int64_t KB = 512;     // k per block when several row groups share a panel (its bytes stay in L1)
 constexpr int64_t XB = 256 << 10;   // bytes of 8-bit activations per block of rows (in L2 across panels)
 constexpr int64_t MB_MIN = 64;      // rows per block at least
@@ -219,7 +220,9 @@ void rows_tile(int64_t mt, const QWeight& w, int64_t p, const int8_t* xq, const 
       case 1: tile<KIND, 1>(w, p, xq, dx, bs, k0, k1, acc); break;
       case 2: tile<KIND, 2>(w, p, xq, dx, bs, k0, k1, acc); break;
       case 3: tile<KIND, 3>(w, p, xq, dx, bs, k0, k1, acc); break;
-      default: tile<KIND, 4>(w, p, xq, dx, bs, k0, k1, acc); break;
+      case 4: tile<KIND, 4>(w, p, xq, dx, bs, k0, k1, acc); break;
+      case 5: tile<KIND, 5>(w, p, xq, dx, bs, k0, k1, acc); break;
+      default: tile<KIND, 6>(w, p, xq, dx, bs, k0, k1, acc); break;
     }
   }
 }

@@ -23,7 +23,7 @@ from ..tree import TokenTree, expected_accepted, tree_from_acceptance
 from .base import Proposal, Proposer, top_indices
 from .ngram import LookupRates, lookup_first
 
-TREE_SIZES = (4, 8, 16, 32, 64)
+TREE_SIZES = (1, 2, 3, 4, 8, 16, 32, 64)      # 1-3: where rows are dear (AVX2), a short chain or a fork
 
 
 def auto_tree(acceptance: list[list[float]], tree_cost, c_heads: float = 0.0,
