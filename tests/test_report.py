@@ -103,8 +103,9 @@ def test_a_shipped_profile_takes_this_machines_draft_cost(target_bf16, tmp_path,
 def test_heads_static_trees_take_this_machines_cost_per_cycle_and_their_size_follows_it(target_bf16, tmp_path,
                                                                                          monkeypatch):
     """Medusa's and EAGLE's static trees get c per cycle measured here (one whole tree, cached per tree shape),
-    and `--tree auto` sizes the tree again with it: the default model's EAGLE head costs 0.07 of a pass on an AMX
-    Xeon and 0.26 on an AVX2-only CPU, and the best size turns on it."""
+    and `--tree auto` sizes the tree again with it, as `--tree dynamic` sizes EAGLE's dynamic tree: the default
+    model's EAGLE head costs 0.07 of a pass on an AMX Xeon and 0.26 on an AVX2-only CPU, and the best size turns
+    on it."""
     from dataclasses import replace
 
     from verispec import profile as profile_mod
@@ -121,8 +122,9 @@ def test_heads_static_trees_take_this_machines_cost_per_cycle_and_their_size_fol
     for c in (0.001, 20.0):                   # heads nearly free: a small tree; heads dearer than 16 passes: bigger
         monkeypatch.setattr(profile_mod, "machine_draft_cost",
                             lambda t, p, base, d, c=c: replace(base, draft_cost={**base.draft_cost, p.name: c}))
-        sizes[c] = make_proposer("eagle", target_bf16, tree="auto").tree.size
-    assert sizes[0.001] < sizes[20.0], sizes
+        sizes[c] = (make_proposer("eagle", target_bf16, tree="auto").tree.size,
+                    make_proposer("eagle", target_bf16, tree="dynamic").nodes)      # a dynamic tree's too
+    assert sizes[0.001][0] < sizes[20.0][0] and sizes[0.001][1] < sizes[20.0][1], sizes
 
 
 def test_a_users_profile_of_eagles_chain_is_not_read_as_a_trees_cost_per_cycle(target_bf16, monkeypatch):

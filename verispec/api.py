@@ -256,26 +256,30 @@ def eagle_proposer(target: Target, head: str | None = None, tree: str | None = N
         size = tree.partition(":")[2]
         if size and not (size.isdigit() and 1 <= int(size) <= 64):
             raise VerispecError(f"--tree dynamic:N takes N from 1 to 64, got {size!r}")
-        nodes = int(size) if size else tree_shape(target, acceptance, "auto", "eagle").size
-        return EagleProposer(model, "dynamic", nodes=nodes, depth=len(acceptance), expand=min(nodes, 8),
-                             graft=graft, acceptance=acceptance)
+        dynamic = lambda n: EagleProposer(model, "dynamic", nodes=n, depth=len(acceptance),  # noqa: E731
+                                          expand=min(n, 8), graft=graft, acceptance=acceptance)
+        if size:
+            return dynamic(int(size))
+        return measured_size(target, acceptance, dynamic(tree_shape(target, acceptance, "auto", "eagle").size),
+                             lambda shape: dynamic(shape.size), head)
     make = lambda shape: EagleProposer(model, "static", shape, graft=graft, acceptance=acceptance)   # noqa: E731
     proposer = make(tree_shape(target, acceptance, tree, "eagle"))
     return measured_size(target, acceptance, proposer, make, head) if tree == "auto" else proposer
 
 
 def measured_size(target: Target, acceptance: list[list[float]], proposer: Proposer, make, heads: str | None):
-    """An auto-sized static tree of heads (`proposer`, sized with the profile's c) sized again with its c measured
-    on this machine, where the profile is the shipped one (`engine_profile`): heads cost 0.07 of a pass on one
-    CPU and 0.26-0.31 on another (session 50), and the best size turns on it. `make(shape)`: the proposer for
-    another tree."""
+    """An auto-sized tree of heads, static or dynamic (`proposer`, sized with the profile's c), sized again with its
+    c per cycle measured on this machine where the profile's c is not that (`cycle_measured_here`): heads cost
+    0.07 of a pass on one CPU and 0.26-0.31 on another (session 50), and the best size turns on it.
+    `make(shape)`: the proposer for another tree (a dynamic one: of that tree's size)."""
     from .proposers.medusa import auto_tree
     profile = target.profile()
     if not cycle_measured_here(profile, proposer):
         return proposer
     c = engine_profile(target, proposer, heads, profile).draft_cost[proposer.name]
     best = auto_tree(acceptance, profile.tree_cost, c)[0]
-    return proposer if best.choices == proposer.tree.choices else make(best)
+    same = best.choices == proposer.tree.choices if proposer.tree is not None else best.size == proposer.nodes
+    return proposer if same else make(best)
 
 
 def make_engine(method: str, target: Target, draft: str | None = None, ngram_max: int = 3,
@@ -287,9 +291,10 @@ def make_engine(method: str, target: Target, draft: str | None = None, ngram_max
 
 def engine_profile(target: Target, proposer: Proposer | None, draft: str | None = None,
                    profile: CostProfile | None = None) -> CostProfile:
-    """The cost profile for `proposer` on `target` (`profile`, default the target's): where it is the shipped one
-    and the proposer drafts with a draft model, with that draft's cost measured on this machine
-    (`machine_draft_cost`), since a draft's c differs by machine as much as the verify costs do."""
+    """The cost profile for `proposer` on `target` (`profile`, default the target's), with the proposer's c
+    measured on this machine (`machine_draft_cost`) where the profile's is another machine's or of another kind:
+    a draft model's where the profile is the shipped one (a draft's c differs by machine as much as the verify
+    costs do), and a tree of heads' per cycle where `cycle_measured_here`."""
     profile = profile or target.profile()
     from .proposers.draft_model import DraftModelProposer
     if proposer is None:
@@ -305,10 +310,11 @@ def engine_profile(target: Target, proposer: Proposer | None, draft: str | None 
 def cycle_measured_here(profile: CostProfile, proposer: Proposer) -> bool:
     """Whether a tree of heads gets its c per cycle measured on this machine: where `profile` is the shipped one
     (its c was measured on another CPU), or where it is `verispec profile`'s but holds the heads' c per token
-    (EAGLE is profiled as a chain: a tree's gate would read one token's drafting as a whole tree's)."""
+    (EAGLE is profiled as a chain: a tree's gate would read one token's drafting as a whole tree's). Not with the
+    built-in defaults (no profile for this model, dtype and device), whose c is a guess either way."""
     from .profile import TREE_METHODS as PER_CYCLE
     return (proposer.makes_trees and proposer.name in HEADS
-            and ("verify_costs" in profile.meta or proposer.name not in PER_CYCLE))
+            and ("verify_costs" in profile.meta or (profile.measured and proposer.name not in PER_CYCLE)))
 
 
 def check_same_vocab(target: Target, draft_model: Llama, draft_tok: Tokenizer | None) -> None:

@@ -169,7 +169,7 @@ def machine_costs(model, base: CostProfile, name: str, dtype: str) -> CostProfil
 
 
 def machine_draft_cost(target, proposer, base: CostProfile, draft: str) -> CostProfile:
-    """`base` (a shipped profile, with this machine's verify costs) with this machine's c for a draft model:
+    """`base` (a shipped profile with this machine's verify costs, or a user's) with this machine's c for a draft:
     seconds per drafted token (k = 4 proposals after 256 cached tokens) over one target pass, measured once per
     machine, target, draft, dtype, torch and thread count (a few seconds) and cached. A draft's c is the ratio of
     two models' passes, and it differs by machine: the Qwen pair's shipped 0.55, measured on an AVX2 VM, made

@@ -259,7 +259,7 @@ void q8_impl(const int8_t* xq, const float* dx, const int32_t* bs, int64_t M, co
         std::fill(acc.begin(), acc.end(), 0.0f);
         for (int64_t k0 = 0; k0 < K; k0 += kb)
           for (int64_t g = 0, m0 = 0; g < groups; ++g) {
-            const int64_t mt = (mb - m0) / (groups - g);              // balanced: 5 rows -> 2 + 3
+            const int64_t mt = (mb - m0) / (groups - g);              // balanced: 7 rows -> 3 + 4 (AVX2)
             const int64_t m = r0 + m0;
             rows_tile<KIND, V>(mt, w, p, xq + m * K, dx + m * nb, bs + m * ng, k0, std::min(K, k0 + kb),
                                acc.data() + m0 * 16);
