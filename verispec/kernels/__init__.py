@@ -22,7 +22,7 @@ SOURCES = [Path(__file__).with_name(name)
            for name in ("cpu.cpp", "quant.cpp", "qdot.cpp", "qlayer.cpp", "stack.cpp")]
 HEADERS = [Path(__file__).with_name(name)
            for name in ("simd.h", "attention_simd.h", "attention.h", "attention_pairs.h", "attention_mixed.h", "aamx.h",
-                        "qweight.h", "qamx.h", "famx.h", "dpbf16.h")]
+                        "qweight.h", "qamx.h", "qstream.h", "famx.h", "dpbf16.h")]
 FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fno-fast-math", "-fopenmp"]
 _state: dict = {}
 

@@ -234,6 +234,7 @@ bool cpu_has_vnni() {
 }
 }  // namespace
 #include "qamx.h"
+#include "qstream.h"
 namespace {
 
 // The integer product's instruction set now (set_q8_isa): 0 AVX2, 1 AVX-512 VNNI, 2 AMX (VNNI below AMX_MIN rows)
@@ -242,21 +243,44 @@ int& q8_level() {
   return v;
 }
 
+// Whether `q8_impl` streams a block's rows past each panel's weights (qstream.h) rather than tiling them: the
+// AVX2 product of Q6_K over STREAM_Q6K rows or more, of Q4_K and Q4_1 over STREAM_NIBBLES or more. Single products
+// of the Qwen 1.5B's tensors, the two builds interleaved: Q6_K streamed took 0.75-0.92x the time from 2 rows up;
+// Q4_K 1.07-1.25x at 2-5 rows (their sums fit `tile`'s registers), 0.96-1.09x at 6, 0.92-0.94x at 8 (session 52).
+constexpr int64_t STREAM_Q6K = 2, STREAM_NIBBLES = 8;
+template <int KIND, bool V>
+constexpr bool streams() { return !V && (KIND == Q6_K || nibbles(KIND)); }
+inline bool streamed(int level, int kind, int64_t M) {
+  return level == 0 && (kind == Q6_K ? M >= STREAM_Q6K : nibbles(kind) && M >= STREAM_NIBBLES);
+}
+
+// Rows per block: a prefill's many rows come in blocks whose 8-bit activations (about XB bytes) stay in L2 while
+// every panel passes over them, not streamed from memory once per 16 outputs. Passes of up to MB_MIN rows
+// (decoding, verification) stay one block: each block reads all the weights.
+template <bool V>
+int64_t block_rows(int64_t K) { return std::max(MB_MIN, XB / K / MT_MAX<V> * MT_MAX<V>); }
+
 template <int KIND, bool V>
 void q8_impl(const int8_t* xq, const float* dx, const int32_t* bs, int64_t M, const QWeight& w, int64_t panels,
              const float* bias, float* y, int64_t N) {
-  const int64_t K = w.K, nb = K / 32, ng = K / Traits<KIND>::G;
-  // A prefill's many rows: blocks of rows whose 8-bit activations (about XB bytes) stay in L2 while every panel
-  // passes over them, not streamed from memory once per 16 outputs. Passes of up to MB_MIN rows (decoding,
-  // verification) stay one block: each block reads all the weights. Rows are independent: no bit changes.
-  const int64_t MB = std::max(MB_MIN, XB / K / MT_MAX<V> * MT_MAX<V>);
-  for (int64_t r0 = 0; r0 < M; r0 += MB) {
+  const int64_t K = w.K, nb = K / 32, ng = K / Traits<KIND>::G, MB = block_rows<V>(K);
+  const bool stream = streams<KIND, V>() && streamed(V ? 1 : 0, KIND, M);
+  for (int64_t r0 = 0; r0 < M; r0 += MB) {   // rows are independent: no bit changes
     const int64_t mb = std::min(MB, M - r0), groups = (mb + MT_MAX<V> - 1) / MT_MAX<V>;
     const int64_t kb = groups == 1 ? K : KB;
     at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
       std::vector<float> acc(mb * 16);
+      std::vector<int16_t> hb(stream ? mb * 32 : 0);
       for (int64_t p = b; p < e; ++p) {
         std::fill(acc.begin(), acc.end(), 0.0f);
+        if constexpr (streams<KIND, V>()) {
+          if (stream) {       // the block interleaved by word (quantize_rows)
+            if constexpr (KIND == Q6_K) stream_q6k(mb, w, p, xq + r0 * K, dx + r0 * nb, bs + r0 * ng, acc.data());
+            else stream_nibbles<KIND>(mb, w, p, xq + r0 * K, dx + r0 * nb, bs + r0 * ng, acc.data(), hb.data());
+            store_rows(acc.data(), mb, 16, p, r0, bias, y, N);
+            continue;
+          }
+        }
         for (int64_t k0 = 0; k0 < K; k0 += kb)
           for (int64_t g = 0, m0 = 0; g < groups; ++g) {
             const int64_t mt = (mb - m0) / (groups - g);              // balanced: 7 rows -> 3 + 4 (AVX2)
@@ -271,28 +295,62 @@ void q8_impl(const int8_t* xq, const float* dx, const int32_t* bs, int64_t M, co
   }
 }
 
-// x [M, K] fp32 -> xq [M, K] int8 (Q4_K, Q4_1: per 8 k, even k then odd k), dx [M, K/32], bs [M, K/G] (sums of xq)
-void quantize_rows(const float* x, int64_t M, int64_t K, int kind, int8_t* xq, float* dx, int32_t* bs) {
-  const int64_t G = kind == Q6_K ? 16 : 32;
+// One block of 32 activations: q = round(v * 127 / amax) (ties to even; clamped to +-127, which only rounding of the
+// scale can reach), the int32 sums of its G-groups into sums, the 32 bytes into q32 (Q4_K, Q4_1: per 8 k, even k
+// then odd k); returns amax / 127. The operations of `quant.quantize_activations`, 8 lanes at a time.
+inline float quantize_block(const float* v, int kind, int8_t* q32, int32_t* sums) {
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 x[4], a = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) x[i] = _mm256_loadu_ps(v + 8 * i), a = _mm256_max_ps(a, _mm256_and_ps(x[i], absmask));
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  const float amax = _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
+  const __m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  __m256i r[4];
+  for (int i = 0; i < 4; ++i) {
+    const __m256 t = _mm256_round_ps(_mm256_mul_ps(x[i], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r[i] = _mm256_cvtps_epi32(_mm256_min_ps(hi, _mm256_max_ps(lo, t)));
+  }
+  auto hsum = [](__m256i u) {
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+    t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
+    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 1)));
+  };
+  const int32_t s0 = hsum(_mm256_add_epi32(r[0], r[1])), s1 = hsum(_mm256_add_epi32(r[2], r[3]));
+  if (kind == Q6_K) sums[0] = s0, sums[1] = s1;
+  else sums[0] = s0 + s1;
+  __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+  b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));        // back in k order
+  if (nibbles(kind))
+    b = _mm256_shuffle_epi8(b, _mm256_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15,
+                                                0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q32), b);
+  return amax / 127.0f;
+}
+
+// x [M, K] fp32 -> xq [M, K] int8 (quantize_block's bytes), dx [M, K/32], bs [M, K/G] (sums of xq).
+// With MB > 0, each block of MB rows (the last one shorter) comes interleaved by word for `stream_*` (qstream.h):
+// xq [K/U][mb][U], dx [K/32][mb], bs [K/G][mb] at the block's first row's offsets r0 * K, r0 * K/32, r0 * K/G.
+void quantize_rows(const float* x, int64_t M, int64_t K, int kind, int8_t* xq, float* dx, int32_t* bs,
+                   int64_t MB = 0) {
+  const int64_t G = kind == Q6_K ? 16 : 32, U = nibbles(kind) ? 8 : 4;
   at::parallel_for(0, M, 1, [&](int64_t b, int64_t e) {
-    for (int64_t m = b; m < e; ++m)
+    for (int64_t m = b; m < e; ++m) {
+      const int64_t r0 = MB ? m / MB * MB : m, mb = MB ? std::min(MB, M - r0) : 1, i = m - r0;   // row i of a block
       for (int64_t blk = 0; blk < K / 32; ++blk) {
-        const float* v = x + m * K + blk * 32;
-        float amax = 0.0f;
-        for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
-        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
         int8_t q[32];
-        for (int i = 0; i < 32; ++i) q[i] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, std::nearbyint(v[i] * id))));
-        dx[m * (K / 32) + blk] = amax / 127.0f;
-        for (int64_t j = 0; j < 32 / G; ++j) {
-          int32_t sum = 0;
-          for (int64_t i = 0; i < G; ++i) sum += q[j * G + i];
-          bs[m * (K / G) + blk * (32 / G) + j] = sum;
-        }
-        int8_t* out = xq + m * K + blk * 32;
-        for (int i = 0; i < 32; ++i)
-          out[i] = nibbles(kind) ? q[(i & ~7) + ((i & 7) < 4 ? 2 * (i & 3) : 2 * (i & 3) + 1)] : q[i];
+        int32_t sums[2];
+        int8_t* row = xq + m * K + blk * 32;                   // row-major: the block's bytes go straight there
+        dx[r0 * (K / 32) + blk * mb + i] = quantize_block(x + m * K + blk * 32, kind, MB ? q : row, sums);
+        for (int64_t j = 0; j < 32 / G; ++j) bs[r0 * (K / G) + (blk * (32 / G) + j) * mb + i] = sums[j];
+        int8_t* word0 = xq + r0 * K + (blk * 32 / U * mb + i) * U;   // interleaved: word w of the block at + w mb U
+        if (MB && U == 8)
+          for (int64_t w = 0; w < 4; ++w) std::memcpy(word0 + w * mb * 8, q + w * 8, 8);
+        else if (MB)
+          for (int64_t w = 0; w < 8; ++w) std::memcpy(word0 + w * mb * 4, q + w * 4, 4);
       }
+    }
   });
 }
 
@@ -309,7 +367,8 @@ torch::Tensor q8linear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Te
   std::vector<int8_t> xq(rows * K);
   std::vector<float> dx(rows * (K / 32));
   std::vector<int32_t> bs(rows * (K / G));
-  quantize_rows(x.data_ptr<float>(), M, K, static_cast<int>(kind), xq.data(), dx.data(), bs.data());
+  const int64_t MB = streamed(level, static_cast<int>(kind), M) ? block_rows<false>(K) : 0;
+  quantize_rows(x.data_ptr<float>(), M, K, static_cast<int>(kind), xq.data(), dx.data(), bs.data(), MB);
   float* yd = a.y.data_ptr<float>();
 #define Q8_CASE(KIND) level == 2 ? amx_impl<KIND>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N) \
                     : level == 1 ? q8_impl<KIND, true>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N) \
