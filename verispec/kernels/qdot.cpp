@@ -248,10 +248,9 @@ int& q8_level() {
 // of the Qwen 1.5B's tensors, the two builds interleaved: Q6_K streamed took 0.75-0.92x the time from 2 rows up;
 // Q4_K 1.07-1.25x at 2-5 rows (their sums fit `tile`'s registers), 0.96-1.09x at 6, 0.92-0.94x at 8 (session 52).
 constexpr int64_t STREAM_Q6K = 2, STREAM_NIBBLES = 8;
-template <int KIND, bool V>
-constexpr bool streams() { return !V && (KIND == Q6_K || nibbles(KIND)); }
+constexpr bool streams(int kind) { return kind == Q6_K || nibbles(kind); }
 inline bool streamed(int level, int kind, int64_t M) {
-  return level == 0 && (kind == Q6_K ? M >= STREAM_Q6K : nibbles(kind) && M >= STREAM_NIBBLES);
+  return level == 0 && streams(kind) && M >= (kind == Q6_K ? STREAM_Q6K : STREAM_NIBBLES);
 }
 
 // Rows per block: a prefill's many rows come in blocks whose 8-bit activations (about XB bytes) stay in L2 while
@@ -260,20 +259,20 @@ inline bool streamed(int level, int kind, int64_t M) {
 template <bool V>
 int64_t block_rows(int64_t K) { return std::max(MB_MIN, XB / K / MT_MAX<V> * MT_MAX<V>); }
 
+// stream: `streamed` said so, and `quantize_rows` interleaved xq, dx and bs by blocks of `block_rows<false>` rows
 template <int KIND, bool V>
 void q8_impl(const int8_t* xq, const float* dx, const int32_t* bs, int64_t M, const QWeight& w, int64_t panels,
-             const float* bias, float* y, int64_t N) {
+             const float* bias, float* y, int64_t N, bool stream) {
   const int64_t K = w.K, nb = K / 32, ng = K / Traits<KIND>::G, MB = block_rows<V>(K);
-  const bool stream = streams<KIND, V>() && streamed(V ? 1 : 0, KIND, M);
   for (int64_t r0 = 0; r0 < M; r0 += MB) {   // rows are independent: no bit changes
     const int64_t mb = std::min(MB, M - r0), groups = (mb + MT_MAX<V> - 1) / MT_MAX<V>;
     const int64_t kb = groups == 1 ? K : KB;
     at::parallel_for(0, panels, 1, [&](int64_t b, int64_t e) {
       std::vector<float> acc(mb * 16);
-      std::vector<int16_t> hb(stream ? mb * 32 : 0);
+      std::vector<int16_t> hb(stream && nibbles(KIND) ? mb * 32 : 0);
       for (int64_t p = b; p < e; ++p) {
         std::fill(acc.begin(), acc.end(), 0.0f);
-        if constexpr (streams<KIND, V>()) {
+        if constexpr (!V && streams(KIND)) {
           if (stream) {       // the block interleaved by word (quantize_rows)
             if constexpr (KIND == Q6_K) stream_q6k(mb, w, p, xq + r0 * K, dx + r0 * nb, bs + r0 * ng, acc.data());
             else stream_nibbles<KIND>(mb, w, p, xq + r0 * K, dx + r0 * nb, bs + r0 * ng, acc.data(), hb.data());
@@ -367,12 +366,13 @@ torch::Tensor q8linear(torch::Tensor x, int64_t kind, torch::Tensor q, torch::Te
   std::vector<int8_t> xq(rows * K);
   std::vector<float> dx(rows * (K / 32));
   std::vector<int32_t> bs(rows * (K / G));
-  const int64_t MB = streamed(level, static_cast<int>(kind), M) ? block_rows<false>(K) : 0;
-  quantize_rows(x.data_ptr<float>(), M, K, static_cast<int>(kind), xq.data(), dx.data(), bs.data(), MB);
+  const bool stream = streamed(level, static_cast<int>(kind), M);       // one decision for both layout and product
+  quantize_rows(x.data_ptr<float>(), M, K, static_cast<int>(kind), xq.data(), dx.data(), bs.data(),
+                stream ? block_rows<false>(K) : 0);
   float* yd = a.y.data_ptr<float>();
 #define Q8_CASE(KIND) level == 2 ? amx_impl<KIND>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N) \
-                    : level == 1 ? q8_impl<KIND, true>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N) \
-                                 : q8_impl<KIND, false>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N)
+    : level == 1 ? q8_impl<KIND, true>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N, false) \
+                 : q8_impl<KIND, false>(xq.data(), dx.data(), bs.data(), M, a.w, a.P, a.bias, yd, N, stream)
   switch (kind) {
     case Q8_0: Q8_CASE(Q8_0); break;
     case Q5_0: Q8_CASE(Q5_0); break;

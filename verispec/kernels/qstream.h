@@ -1,5 +1,5 @@
 // AVX2 integer products that keep a few words of one panel's weights in registers and stream every row of a block
-// past them (qdot.cpp, `q8_impl`; Q6_K, Q4_K and Q4_1, two rows or more).
+// past them (qdot.cpp, `q8_impl`; Q6_K from 2 rows, Q4_K and Q4_1 from 8: `streamed`).
 //
 // `tile` (qdot.cpp) holds each row's running sums in registers instead: two int16 and two int32 registers per row,
 // so past three rows AVX2's 16 registers spill, and its Q6_K product ran at about 40 GMAC/s on one core of an
@@ -10,7 +10,7 @@
 // Same bits as `tile`: integer sums are exact whatever their order, and each group's float terms are `tile`'s,
 // operation for operation, in g order.
 //
-// The block's activations come interleaved by word (`quantize_rows` with `mb`): xq [K/U][mb][U], dx [K/32][mb],
+// The block's activations come interleaved by word (`quantize_rows` with MB): xq [K/U][mb][U], dx [K/32][mb],
 // bs [K/G][mb], so a row's bytes of a word sit at a constant offset from the word's.
 #pragma once
 
