@@ -47,6 +47,20 @@ inline void keep(__m256i& a, __m256i& b) {
 }
 inline __m256i bcast32(const int8_t* p) { int32_t v; std::memcpy(&v, p, 4); return _mm256_set1_epi32(v); }
 
+// a[8] += dx * t for 8 outputs of one row, t the scale group's term from its exact integer sum S and the row's
+// activation sum b over the group: the one float sequence of `tile` and the streamed products (qstream.h)
+template <int KIND>
+inline void add_term8(__m256 s, __m256 o, __m256i S, int32_t b, __m256 dxm, float* a) {
+  __m256 t;
+  if constexpr (nibbles(KIND))
+    t = _mm256_add_ps(_mm256_mul_ps(s, _mm256_cvtepi32_ps(S)), _mm256_mul_ps(o, _mm256_set1_ps(static_cast<float>(b))));
+  else if constexpr (KIND == Q8_0)
+    t = _mm256_mul_ps(s, _mm256_cvtepi32_ps(S));
+  else
+    t = _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_sub_epi32(S, _mm256_set1_epi32(b << Traits<KIND>::SHIFT))));
+  _mm256_storeu_ps(a, _mm256_add_ps(_mm256_loadu_ps(a), _mm256_mul_ps(dxm, t)));
+}
+
 // MT rows x panel p, groups with first k in [k0, k1): acc [MT, 16] += the groups' terms, in g order
 template <int KIND, int MT>
 void tile(const QWeight& w, int64_t p, const int8_t* xq, const float* dx, const int32_t* bs, int64_t k0, int64_t k1,
@@ -56,7 +70,7 @@ void tile(const QWeight& w, int64_t p, const int8_t* xq, const float* dx, const 
   const uint8_t* qp = w.q + p * (K / T::U) * 64;
   const __m256i nib = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1), lift = _mm256_set1_epi8(1 << T::SHIFT);
   for (int64_t g = k0; g < k1; g += T::G) {
-    __m256 s[2], o[2];
+    __m256 s[2], o[2]{};                                        // o: set for nibble kinds only
     group_scales<KIND>(w, p, g, s, o);
     __m256i S[MT][2];
     for (int m = 0; m < MT; ++m) S[m][0] = S[m][1] = _mm256_setzero_si256();
@@ -102,17 +116,7 @@ void tile(const QWeight& w, int64_t p, const int8_t* xq, const float* dx, const 
     for (int m = 0; m < MT; ++m) {
       const __m256 dxm = _mm256_set1_ps(dx[m * nb + g / 32]);
       const int32_t b = bs[m * ng + g / T::G];
-      for (int j = 0; j < 2; ++j) {
-        __m256 t;
-        if constexpr (nibbles(KIND))
-          t = _mm256_add_ps(_mm256_mul_ps(s[j], _mm256_cvtepi32_ps(S[m][j])), _mm256_mul_ps(o[j], _mm256_set1_ps(static_cast<float>(b))));
-        else if constexpr (KIND == Q8_0)
-          t = _mm256_mul_ps(s[j], _mm256_cvtepi32_ps(S[m][j]));
-        else
-          t = _mm256_mul_ps(s[j], _mm256_cvtepi32_ps(_mm256_sub_epi32(S[m][j], _mm256_set1_epi32(b << T::SHIFT))));
-        float* a = acc + m * 16 + j * 8;
-        _mm256_storeu_ps(a, _mm256_add_ps(_mm256_loadu_ps(a), _mm256_mul_ps(dxm, t)));
-      }
+      for (int j = 0; j < 2; ++j) add_term8<KIND>(s[j], o[j], S[m][j], b, dxm, acc + m * 16 + j * 8);
     }
   }
 }
@@ -344,6 +348,7 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int kind, int8_t* xq, f
         dx[r0 * (K / 32) + blk * mb + i] = quantize_block(x + m * K + blk * 32, kind, MB ? q : row, sums);
         for (int64_t j = 0; j < 32 / G; ++j) bs[r0 * (K / G) + (blk * (32 / G) + j) * mb + i] = sums[j];
         int8_t* word0 = xq + r0 * K + (blk * 32 / U * mb + i) * U;   // interleaved: word w of the block at + w mb U
+        // each memcpy of a constant size (one of a run-time size made 2-3 row products up to 1.7x slower, session 52)
         if (MB && U == 8)
           for (int64_t w = 0; w < 4; ++w) std::memcpy(word0 + w * mb * 8, q + w * 8, 8);
         else if (MB)

@@ -7,8 +7,8 @@
 // half of it, 2 words split into low and high nibbles) sits in 8 registers, and each row in turn forms its integer
 // sums over that chunk. A Q4_K row's int16 sums of the group's first half wait in `hb` (L1) for the second.
 //
-// Same bits as `tile`: integer sums are exact whatever their order, and each group's float terms are `tile`'s,
-// operation for operation, in g order.
+// Same bits as `tile`: integer sums are exact whatever their order, and each group's float terms are `tile`'s
+// (`add_term8`, the one sequence both call), in g order.
 //
 // The block's activations come interleaved by word (`quantize_rows` with MB): xq [K/U][mb][U], dx [K/32][mb],
 // bs [K/G][mb], so a row's bytes of a word sit at a constant offset from the word's.
@@ -23,7 +23,7 @@ inline void stream_q6k(int64_t mb, const QWeight& w, int64_t p, const int8_t* xq
   const uint8_t* qp = w.q + p * (K / 4) * 64;
   const __m256i ones = _mm256_set1_epi16(1), lift = _mm256_set1_epi8(32);
   for (int64_t g = 0; g < K; g += 16) {
-    __m256 s[2], o[2];
+    __m256 s[2], o[2]{};                                      // o: set for nibble kinds only
     group_scales<Q6_K>(w, p, g, s, o);
     const uint8_t* c = qp + g / 4 * 64;
     for (int f = 0; f < 4; ++f) _mm_prefetch(reinterpret_cast<const char*>(c + 1024 + 64 * f), _MM_HINT_T0);
@@ -36,14 +36,12 @@ inline void stream_q6k(int64_t mb, const QWeight& w, int64_t p, const int8_t* xq
       const __m256i x0 = bcast32(xw + m * 4), x1 = bcast32(xw + (mb + m) * 4);
       const __m256i x2 = bcast32(xw + (2 * mb + m) * 4), x3 = bcast32(xw + (3 * mb + m) * 4);
       const __m256 dxm = _mm256_set1_ps(dx[g / 32 * mb + m]);
-      const __m256i lifted = _mm256_set1_epi32(bs[g / 16 * mb + m] << 5);
+      const int32_t b = bs[g / 16 * mb + m];
       for (int j = 0; j < 2; ++j) {       // int16 sums of 2 words at most (`Traits<Q6_K>::F`), then int32
         const __m256i ha = _mm256_add_epi16(_mm256_maddubs_epi16(u[0][j], x0), _mm256_maddubs_epi16(u[1][j], x1));
         const __m256i hb = _mm256_add_epi16(_mm256_maddubs_epi16(u[2][j], x2), _mm256_maddubs_epi16(u[3][j], x3));
         const __m256i S = _mm256_add_epi32(_mm256_madd_epi16(ha, ones), _mm256_madd_epi16(hb, ones));
-        const __m256 t = _mm256_mul_ps(s[j], _mm256_cvtepi32_ps(_mm256_sub_epi32(S, lifted)));
-        float* a = acc + m * 16 + j * 8;
-        _mm256_storeu_ps(a, _mm256_add_ps(_mm256_loadu_ps(a), _mm256_mul_ps(dxm, t)));
+        add_term8<Q6_K>(s[j], o[j], S, b, dxm, acc + m * 16 + j * 8);
       }
     }
   }
@@ -85,12 +83,9 @@ void stream_nibbles(int64_t mb, const QWeight& w, int64_t p, const int8_t* xq, c
           continue;
         }
         const __m256 dxm = _mm256_set1_ps(dx[g / 32 * mb + m]);
-        const __m256 b32 = _mm256_set1_ps(static_cast<float>(bs[g / 32 * mb + m]));
         for (int j = 0; j < 2; ++j) {     // int16 sums of 4 words (`Traits<KIND>::F`), then int32
           const __m256i S = _mm256_madd_epi16(_mm256_add_epi16(_mm256_loadu_si256(saved + j), h[j]), ones);
-          const __m256 t = _mm256_add_ps(_mm256_mul_ps(s[j], _mm256_cvtepi32_ps(S)), _mm256_mul_ps(o[j], b32));
-          float* ap = acc + m * 16 + j * 8;
-          _mm256_storeu_ps(ap, _mm256_add_ps(_mm256_loadu_ps(ap), _mm256_mul_ps(dxm, t)));
+          add_term8<KIND>(s[j], o[j], S, bs[g / 32 * mb + m], dxm, acc + m * 16 + j * 8);
         }
       }
     }
