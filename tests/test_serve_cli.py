@@ -64,7 +64,10 @@ def test_serving_commands_reject_bad_flags_in_one_line(tmp_path, tiny_dir, capsy
 def test_serve_limits_and_access_flags_are_checked_before_the_model_loads(monkeypatch, capsys):
     from verispec.cli import build_parser
     for flags, word in ((["--max-tokens", "0"], "--max-tokens"), (["--max-waiting", "0"], "--max-waiting"),
-                        (["--kv-cache-mb", "0"], "--kv-cache-mb"), (["--max-body-bytes", "0"], "--max-body-bytes"),
+                        (["--kv-cache-mb", "0"], "--kv-cache-mb"), (["--kv-cache-mb", "nan"], "--kv-cache-mb"),
+                        (["--prefix-cache-mb", "-1"], "--prefix-cache-mb"),
+                        (["--prefix-cache-mb", "nan"], "--prefix-cache-mb"),
+                        (["--max-body-bytes", "0"], "--max-body-bytes"),
                         (["--allowed-methods", "plain,telepathy"], "telepathy")):
         assert main(["serve", "--model", "/nonexistent", *flags]) == 2
         err = capsys.readouterr().err
@@ -75,6 +78,7 @@ def test_serve_limits_and_access_flags_are_checked_before_the_model_loads(monkey
     monkeypatch.delenv("VERISPEC_API_KEY")
     args = build_parser().parse_args(["serve"])
     assert args.api_key is None and args.prefill_chunk == 64 and args.allowed_methods is None
+    assert args.prefix_cache_mb == 1024
 
 
 def test_loadtest_faults_needs_its_own_server(capsys):

@@ -245,6 +245,9 @@ def _serve_limit_flags(p: argparse.ArgumentParser) -> None:
                                                                           "most (more: 429 with Retry-After)")
     g.add_argument("--kv-cache-mb", type=float, default=d.kv_cache_mb, help="KV cache of all running requests, at "
                                                                             "most: requests wait for room")
+    g.add_argument("--prefix-cache-mb", type=float, default=d.prefix_cache_mb,
+                   help="keep recent prompts' KV caches in this much memory, so prompts sharing a prefix with them "
+                        "prefill only the rest (default %(default)s; 0: off)")
     g.add_argument("--max-k", type=int, default=d.max_k, help="largest speculative.k a request may ask for")
     g.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes, help="request body size (more: 413)")
     g.add_argument("--api-key", default=os.environ.get("VERISPEC_API_KEY"),

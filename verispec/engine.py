@@ -183,10 +183,11 @@ class Sequence:
         return self.finish_reason is not None
 
     @torch.inference_mode()
-    def prefill(self, cache=None, cached_tokens: list[int] = (), hidden: torch.Tensor | None = None) -> None:
+    def prefill(self, cache=None, cached_tokens: list[int] = (), hidden: torch.Tensor | None = None) -> torch.Tensor:
         """Fill a cache with the prompt (reusing `cache` and the prefix it shares with `cached_tokens`, if given)
         and draw the first token. hidden: the whole prompt's hidden states [1, n, D], its keys and values already
-        in `cache` (runs of one prompt sharing one prefill, as `audit`'s do): only the output head runs."""
+        in `cache` (runs of one prompt sharing one prefill, as `audit`'s do): only the output head runs.
+        Returns the hidden states [1, m, D] of the m prompt positions after the reused prefix."""
         if self.proposer is not None:
             self.proposer.prepare(self.capacity)
         keep = 0
@@ -215,6 +216,7 @@ class Sequence:
         self.out.append(int(first))
         self.stats.time_prefill_s = time.perf_counter() - self._t_start
         self._emit(0)
+        return hidden
 
     def draft_length(self) -> int:
         """How many tokens to draft this cycle (0: decode plainly); consults automatic k, once per cycle."""

@@ -79,6 +79,20 @@ class KVCache:
         self.length = length
         self.stale(length)
 
+    def prefix(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of batch entry 0's first n keys and values: two [layers, kv_heads, n, head_dim] (a kept prompt)."""
+        return self.k[:, 0, :, :n].clone(), self.v[:, 0, :, :n].clone()
+
+    def load(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Batch entry 0 holds `prefix`'s k, v [layers, kv_heads, n, head_dim] in its first n slots; length n."""
+        n = k.shape[2]
+        if n > self.capacity:
+            raise ValueError(f"KV cache overflow: {n} slots needed, capacity {self.capacity}")
+        self.stale(0)
+        self.k[:, 0, :, :n].copy_(k)
+        self.v[:, 0, :, :n].copy_(v)
+        self.length = n
+
     def compact(self, start: int, keep: torch.Tensor) -> None:
         """Keep, after the first `start` slots, only the slots `start + keep[i]`, moved into place; drop the rest.
 

@@ -32,6 +32,7 @@ from .errors import APIError, server_error, unavailable
 from .guard import Guard
 from .limits import KVBudget, Limits
 from .metrics import Metrics
+from .prefix import PrefixCache
 from .protocol import ChatRequest, Common, CompletionRequest, Speculative
 from .respond import respond
 from .scheduler import Job, Refused, Scheduler
@@ -58,8 +59,9 @@ class Server:
         self.metrics = Metrics()
         self.profile = target.profile()             # read once: auto k for every request and the batch
         self.kv = KVBudget(self.limits.kv_cache_mb, kv_bytes_per_token(target.model))
+        prefix = PrefixCache(self.limits.prefix_cache_mb) if self.limits.prefix_cache_mb > 0 else None
         self.scheduler = Scheduler(Batch(target.model, self.profile), self.metrics, max_batch, self.kv,
-                                   self.limits.max_waiting, prefill_chunk)
+                                   self.limits.max_waiting, prefill_chunk, prefix)
         allowed = allowed_methods or list(dict.fromkeys([method, "plain", "ngram"]))
         if method not in allowed:
             raise VerispecError(f"--allowed-methods must include the default method {method!r}")

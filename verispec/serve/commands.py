@@ -26,7 +26,7 @@ def cmd_serve(args) -> int:
         raise VerispecError(f"--prefill-chunk must be >= 0, got {args.prefill_chunk}")
     from .limits import Limits
     limits = Limits(args.max_model_len, args.max_tokens, args.max_waiting, args.kv_cache_mb, args.max_k,
-                    args.max_body_bytes)                # checked before the model loads
+                    args.max_body_bytes, prefix_cache_mb=args.prefix_cache_mb)    # checked before the model loads
     allowed = parse_methods(args.allowed_methods)
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     try:

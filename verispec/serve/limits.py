@@ -7,6 +7,7 @@ Limits (the `serve` flags map onto them one to one):
   kv_cache_mb       KV cache memory of all admitted sequences: a request is admitted when the cache it needs
                     (prompt + max_tokens + draft slack, in tokens, times the bytes a token takes) fits; one that
                     could never fit                                               -> 400 kv_budget_exceeded
+  prefix_cache_mb   memory for kept prompts' caches, whose prefixes later prompts reuse (serve.prefix; 0: none)
   max_k             speculative.k (a draft step and a metric series per position)  -> 400
   max_body_bytes    the request body                                               -> 413
   max_stops, max_stop_chars   the number and length of stop strings               -> 400
@@ -30,13 +31,16 @@ class Limits:
     max_stops: int = 4
     max_stop_chars: int = 128
     retry_after_s: int = 1
+    prefix_cache_mb: float = 1024.0        # kept prompts' caches (serve.prefix); 0: none
 
     def __post_init__(self):
         for name in ("max_tokens", "max_waiting", "max_k", "max_body_bytes", "max_stops", "max_stop_chars"):
             if getattr(self, name) < 1:
                 raise VerispecError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.kv_cache_mb <= 0:
+        if not 0 < self.kv_cache_mb < float("inf"):           # (not NaN either)
             raise VerispecError(f"--kv-cache-mb must be > 0, got {self.kv_cache_mb}")
+        if not 0 <= self.prefix_cache_mb < float("inf"):
+            raise VerispecError(f"--prefix-cache-mb must be >= 0, got {self.prefix_cache_mb}")
         if self.max_model_len is not None and self.max_model_len < 2:
             raise VerispecError(f"--max-model-len must be >= 2, got {self.max_model_len}")
 

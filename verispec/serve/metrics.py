@@ -41,6 +41,11 @@ class Metrics:
                               "first, per request", buckets=TOKEN_BUCKETS, registry=r)
         self.latency = Histogram("verispec_request_latency_seconds", "Arrival to last token",
                                  buckets=LATENCY_BUCKETS, registry=r)
+        self.prefix_hits = Counter("verispec_prefix_cache_hits", "Prompts prefilled from a kept prefix of an "
+                                   "earlier prompt (--prefix-cache-mb)", registry=r)
+        self.prefix_tokens = Counter("verispec_prefix_cache_tokens", "Prompt tokens taken from kept prefixes, not "
+                                     "prefilled", registry=r)
+        self.prefix_bytes = Gauge("verispec_prefix_cache_bytes", "Bytes of kept prefixes", registry=r)
         self._totals = {"checked": 0, "accepted": 0, "passes": 0, "emitted": 0.0}   # for the two ratio gauges
 
     def finished(self, method: str, outcome: str, stats: GenerationStats) -> None:

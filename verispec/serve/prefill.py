@@ -14,8 +14,32 @@ from ..engine import Sequence
 
 
 class Prefill:
-    def __init__(self, seq: Sequence):
+    def __init__(self, seq: Sequence, keep_features: bool = False):
         self.seq, self.done, self.cache = seq, 0, None    # done: prompt tokens whose keys/values are cached
+        self.features: list[torch.Tensor] | None = [] if keep_features else None   # the prompt's, [m, D] each
+
+    def reuse(self, k: torch.Tensor, v: torch.Tensor, features: torch.Tensor) -> None:
+        """Start from a kept prefix of this prompt (serve.prefix): its keys and values k, v [layers, kv_heads, n,
+        head_dim] and the target's final hidden states [n, D] at its positions, shown to a proposer that reads
+        them as the chunks before would have been. On the row-invariant kernels these are the very bits this
+        prompt's own prefill gives those positions (`tests/test_serve_prefix.py`)."""
+        seq, n = self.seq, k.shape[2]
+        if not 0 < n < len(seq.prompt) or self.done:
+            raise ValueError(f"a kept prefix of {n} tokens cannot start a prompt of {len(seq.prompt)}")
+        if seq.proposer is not None:
+            seq.proposer.prepare(seq.capacity)
+        self.cache = seq.target.new_cache(seq.capacity)
+        self.cache.load(k, v)
+        if seq.proposer is not None and seq.proposer.reads_features:
+            seq.proposer.observe(features)
+        if self.features is not None:
+            self.features.append(features)
+        self.done = n
+
+    def prompt_features(self) -> torch.Tensor | None:
+        """The target's final hidden states [len(prompt), D] at every prompt position, once prefilled (None: not
+        kept)."""
+        return None if self.features is None or self.remaining else torch.cat(self.features)
 
     @property
     def remaining(self) -> int:
@@ -29,10 +53,12 @@ class Prefill:
         if budget <= 0 or self.remaining <= budget:
             n = self.remaining
             if self.cache is None:
-                seq.prefill()
+                hidden = seq.prefill()
             else:
                 with prepared(seq.proposer):               # keep what the proposer observed of earlier chunks
-                    seq.prefill(self.cache, prompt[:self.done])
+                    hidden = seq.prefill(self.cache, prompt[:self.done])
+            if self.features is not None:
+                self.features.append(hidden[0].clone())
             self.done = len(prompt)
             return n
         if self.cache is None:
@@ -46,6 +72,8 @@ class Prefill:
         hidden = seq.target(tokens, positions, self.cache)                                   # [1, n, D]
         if seq.proposer is not None and seq.proposer.reads_features:
             seq.proposer.observe(hidden[0])
+        if self.features is not None:
+            self.features.append(hidden[0].clone())
         self.done += n
         return n
 

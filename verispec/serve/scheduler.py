@@ -35,6 +35,7 @@ from .batch import Batch
 from .limits import KVBudget
 from .metrics import Metrics
 from .prefill import Prefill
+from .prefix import PrefixCache
 
 
 @dataclass
@@ -86,9 +87,9 @@ class Refused(Exception):
 
 class Scheduler:
     def __init__(self, batch: Batch, metrics: Metrics, max_batch: int = 16, kv: KVBudget | None = None,
-                 max_waiting: int = 1 << 30, prefill_chunk: int = 0):
+                 max_waiting: int = 1 << 30, prefill_chunk: int = 0, prefix: PrefixCache | None = None):
         self.batch, self.metrics, self.max_batch, self.kv = batch, metrics, max_batch, kv
-        self.max_waiting, self.prefill_chunk = max_waiting, prefill_chunk
+        self.max_waiting, self.prefill_chunk, self.prefix = max_waiting, prefill_chunk, prefix
         self.inbox: queue.Queue[Job | Call | None] = queue.Queue()
         self.decoder: threading.Thread | None = None    # the thread decoding, once it runs
         self.waiting: collections.deque[Job] = collections.deque()
@@ -220,8 +221,32 @@ class Scheduler:
                 self.kv.used += job.kv_slots
             self.waiting.popleft()
             self._drop_waiting([job])
-            job.prefill = Prefill(job.sequence)
+            job.prefill = self._start_prefill(job.sequence)
             self.prefilling.append(job)
+
+    def _start_prefill(self, seq: Sequence) -> Prefill:
+        """A joining prompt's prefill, from the longest prefix it shares with a kept prompt (serve.prefix)."""
+        prefill = Prefill(seq, keep_features=self.prefix is not None)
+        hit = None if self.prefix is None else self.prefix.match(seq.prompt)
+        if hit is not None:
+            entry, n = hit
+            try:
+                prefill.reuse(*entry.prefix(n))
+            except (RuntimeError, ValueError):      # no memory for its cache now: prefill it all, as without one
+                return Prefill(seq, keep_features=True)
+            self.metrics.prefix_hits.inc()
+            self.metrics.prefix_tokens.inc(n)
+        return prefill
+
+    def _keep_prefix(self, job: Job) -> None:
+        """Keep a prompt just prefilled for the prompts that will share its prefix (serve.prefix)."""
+        if self.prefix is None:
+            return
+        try:
+            self.prefix.keep(job.sequence.prompt, job.sequence.cache, job.prefill.prompt_features())
+        except RuntimeError:                        # no memory for a copy now: the request goes on without one
+            return
+        self.metrics.prefix_bytes.set(self.prefix.nbytes)
 
     def _prefill(self) -> None:
         """Prefill joining jobs: whole prompts when prefill_chunk is 0, else at most prefill_chunk prompt tokens
@@ -239,6 +264,7 @@ class Scheduler:
                 budget -= job.prefill.advance(budget)
                 if job.prefill.remaining:
                     return
+                self._keep_prefix(job)
             except Exception as e:
                 self.prefilling.pop(0)
                 self._fail(job, f"prefill failed: {type(e).__name__}: {e}")

@@ -1,0 +1,164 @@
+"""The server's prefix cache (serve.prefix): which kept prompt a joining prompt starts from, what is kept within
+the budget, and that a prompt prefilled from a kept prefix gets the very bits (keys, values, features shown to
+the proposer, tokens) of its own whole prefill, alone and through the server, for every kind of proposer."""
+import asyncio
+
+import openai
+import pytest
+import torch
+
+from serving import metric, offline_ids, serving
+from verispec.api import Target
+from verispec.engine import GenerationConfig, Sequence
+from verispec.proposers.ngram import NgramProposer
+from verispec.sampling import SamplingConfig
+from verispec.serve.app import Server
+from verispec.serve.batch import Batch
+from verispec.serve.prefill import Prefill
+from verispec.serve.prefix import PrefixCache
+
+TEXT = ("The old lighthouse keeper climbed the stairs every evening, counting each step aloud. "
+        "Numbers: 3 1 4 1 5 9 2 6 5 3 5. Dear diary, today the sea was calm and grey. ")
+
+
+class FakeCache:
+    """What `PrefixCache.keep` reads of a KVCache: `prefix(n)`; one float a position, its token id."""
+
+    def __init__(self, ids):
+        self.k = torch.tensor(ids, dtype=torch.float32)[None, None, :, None]      # [1, 1, n, 1]
+
+    def prefix(self, n):
+        return self.k[:, :, :n].clone(), self.k[:, :, :n].clone()
+
+
+def kept(cache: PrefixCache, ids: list[int]):
+    cache.keep(ids, FakeCache(ids), torch.tensor(ids, dtype=torch.float32)[:, None])
+
+
+def test_a_prompt_starts_from_the_longest_kept_prefix_and_never_from_its_last_token():
+    cache = PrefixCache(1, min_tokens=4)
+    a, b = list(range(100, 120)), list(range(100, 110)) + list(range(200, 210))
+    kept(cache, a)
+    kept(cache, b)
+    entry, n = cache.match(list(range(100, 115)) + [7, 8])
+    assert entry.tokens.tolist() == a and n == 15
+    entry, n = cache.match(b[:12] + [1])
+    assert entry.tokens.tolist() == b and n == 12
+    assert cache.match(a)[1] == len(a) - 1                        # the same prompt again: its last token is run
+    k, v, f = cache.match(a + [5])[0].prefix(20)
+    assert k.flatten().tolist() == f.flatten().tolist() == a      # a position's kept bits stay with its token
+    assert cache.match([100, 101, 102, 9, 9, 9]) is None          # 3 shared tokens: fewer than min_tokens
+    assert cache.match(list(range(100, 104))) is None             # a prompt no longer than min_tokens
+
+
+def test_kept_prompts_stay_within_the_budget_the_least_recently_used_going_first():
+    one = len(list(range(40))) * (8 + 4 * 3)                      # bytes of a 40-token entry: ids, k, v, features
+    cache = PrefixCache(2.5 * one / 2 ** 20, min_tokens=4)
+    prompts = [[i] * 40 for i in (1, 2, 3)]
+    kept(cache, prompts[0])
+    kept(cache, prompts[1])
+    assert cache.match(prompts[0] + [9]) is not None              # the first is now the most recently used
+    kept(cache, prompts[2])                                       # no room for three: the second goes
+    assert [e.tokens[0].item() for e in cache.entries] == [1, 3] and cache.nbytes == 2 * one <= cache.budget
+    kept(cache, prompts[2] + [4] * 10)                            # extends the third: it replaces it
+    assert [len(e.tokens) for e in cache.entries] == [40, 50] and cache.nbytes <= cache.budget
+    kept(cache, prompts[2] + [4] * 5)                             # a prefix of a kept one: nothing new
+    assert [len(e.tokens) for e in cache.entries] == [40, 50]
+    kept(PrefixCache(one / 2 ** 20 / 2, min_tokens=4), prompts[0])   # larger than the whole budget: not kept
+
+
+class Watching(NgramProposer):
+    """A proposer reading the target's features (as EAGLE and Medusa do): records what it is shown."""
+    reads_features = True
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def prepare(self, capacity):
+        self.seen = []
+
+    def observe(self, hidden):
+        self.seen.append(hidden.clone())
+
+
+@pytest.mark.parametrize("chunk", [0, 7])
+def test_a_prompt_prefilled_from_a_kept_prefix_gets_the_bits_of_its_own_whole_prefill(tiny_dir, chunk):
+    tiny = Target.load(str(tiny_dir), "fp32", "cpu")
+    tok = tiny.tokenizer
+    first, second = tok.encode(TEXT * 2), tok.encode(TEXT * 2 + "Once upon a time, in a quiet harbour town")
+    assert second[:len(first) - 2] == first[:-2] and len(first) > 60
+    cfg = GenerationConfig(max_new_tokens=16, k=3, sampling=SamplingConfig(0.0))
+    prefix = PrefixCache(64, min_tokens=16)
+
+    def prefill(ids, proposer):
+        seq = Sequence(tiny.model, proposer, ids, cfg, tiny.profile())
+        p = Prefill(seq, keep_features=True)
+        hit = prefix.match(ids)
+        if hit is not None:
+            p.reuse(*hit[0].prefix(hit[1]))
+        while p.remaining:
+            p.advance(chunk)
+        prefix.keep(ids, seq.cache, p.prompt_features())
+        return seq, hit
+
+    _, hit = prefill(first, Watching())
+    assert hit is None and len(prefix.entries) == 1
+    reused, hit = prefill(second, Watching())
+    assert hit is not None and hit[1] >= len(first) - 3
+    whole = Sequence(tiny.model, Watching(), second, cfg, tiny.profile())
+    whole.prefill()
+    n = len(second)
+    assert reused.cache.length == whole.cache.length == n
+    assert torch.equal(reused.cache.k[:, :, :, :n], whole.cache.k[:, :, :, :n])   # bit for bit, on the kernels
+    assert torch.equal(reused.cache.v[:, :, :, :n], whole.cache.v[:, :, :, :n])
+    assert torch.equal(torch.cat(reused.proposer.seen), torch.cat(whole.proposer.seen))   # every position, once
+    for seq in (reused, whole):
+        batch = Batch(tiny.model)
+        batch.join(seq)
+        while batch.running:
+            batch.step()
+    assert reused.out == whole.out and len(whole.out) == 16
+    assert [len(e.tokens) for e in prefix.entries] == [len(first), n]    # the first does not prefix the second
+
+
+def test_a_chats_next_turn_reuses_its_first_turn_and_equals_offline_for_every_method(target_bf16):
+    """Greedy chats of two turns through the server, each method's second turn prefilled from the first turn's
+    kept prompt: both turns equal offline decoding of the same messages (plain greedy), and the metrics count
+    the reused tokens."""
+    tok = target_bf16.tokenizer
+    server = Server(target_bf16, "eagle", "auto", max_batch=4, tree="dynamic+ngram", prefill_chunk=32,
+                    allowed_methods=["eagle", "draft", "ngram", "plain"])
+    turn1 = [{"role": "user", "content": "Summarise this in one sentence: " + TEXT * 3}]
+
+    async def chat(client, messages, method):
+        r = await client.chat.completions.create(model=server.name, messages=messages, max_tokens=12,
+                                                 temperature=0, extra_body={"speculative": {"method": method}})
+        return r.choices[0].message.content
+
+    with serving(server) as base:
+        async def main():
+            client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=120)
+            out = {}
+            for method in ("eagle", "draft", "ngram", "plain"):
+                first = await chat(client, turn1, method)
+                turn2 = turn1 + [{"role": "assistant", "content": first},
+                                 {"role": "user", "content": f"Now in {method} words?"}]
+                out[method] = (first, turn2, await chat(client, turn2, method))
+            await client.close()
+            return out
+
+        out = asyncio.run(main())
+        hits = metric(base, "verispec_prefix_cache_hits_total")
+        reused = metric(base, "verispec_prefix_cache_tokens_total")
+        kept_bytes = metric(base, "verispec_prefix_cache_bytes")
+    def offline(messages):
+        return offline_ids(target_bf16, tok.encode(tok.render_chat(messages)), 12)
+
+    first_expected = offline(turn1)
+    for method, (first, turn2, second) in out.items():
+        assert first == first_expected, method
+        assert second == offline(turn2), method
+    prompt1 = len(tok.encode(tok.render_chat(turn1)))
+    assert hits == 7 and reused >= 7 * (prompt1 - 8)             # every request after the first
+    assert 0 < kept_bytes <= server.limits.prefix_cache_mb * 2 ** 20

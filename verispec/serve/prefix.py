@@ -1,0 +1,93 @@
+"""The server's prefix cache: the keys and values of recent prompts, kept after their prefill, so that a later
+prompt that begins with the same tokens (a chat's next turn, one document asked many questions, one long system
+prompt) prefills only what follows them.
+
+An entry holds a prompt's target keys and values and the target's final hidden states at its positions; a proposer
+that reads them (EAGLE, Medusa) is shown those as if the positions had just been prefilled. A joining prompt
+starts from the entry that shares its longest prefix, if that is at least `min_tokens` long, and never from its
+last token, whose pass draws the first token (serve.prefill, `Prefill.reuse`). Entries live within `megabytes`,
+the least recently used going first.
+
+Exactness: on the row-invariant kernels (`verispec doctor`) a position's keys, values and hidden state depend on
+its token and the tokens before it alone, so a kept prefix holds the very bits the joining prompt's own prefill
+would compute, and the output equals offline `verispec generate`'s bit for bit (tests/test_serve_prefix.py).
+Elsewhere, as with chunked prefill, low bits could differ.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+MIN_TOKENS = 16
+
+
+@dataclass(eq=False)           # entries compare by identity (list.remove)
+class Entry:
+    tokens: torch.Tensor       # [n] int64: the prompt
+    k: torch.Tensor            # [layers, kv_heads, n, head_dim]
+    v: torch.Tensor            # [layers, kv_heads, n, head_dim]
+    features: torch.Tensor     # [n, D] the target's final hidden states
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.tokens, self.k, self.v, self.features))
+
+    def prefix(self, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The first n positions' k, v [layers, kv_heads, n, head_dim] and features [n, D] (views)."""
+        return self.k[:, :, :n], self.v[:, :, :n], self.features[:n]
+
+
+def shared(a: torch.Tensor, b: torch.Tensor) -> int:
+    """How many leading tokens two [n] id tensors share."""
+    n = min(len(a), len(b))
+    differ = (a[:n] != b[:n]).nonzero()
+    return n if len(differ) == 0 else int(differ[0])
+
+
+class PrefixCache:
+    def __init__(self, megabytes: float, min_tokens: int = MIN_TOKENS):
+        self.budget, self.min_tokens = int(megabytes * 2 ** 20), min_tokens
+        self.entries: list[Entry] = []             # least recently used first
+        self.nbytes = 0
+
+    def match(self, prompt: list[int]) -> tuple[Entry, int] | None:
+        """The entry sharing the longest prefix with `prompt` and that prefix's length, at most len(prompt) - 1;
+        None if no entry shares `min_tokens` tokens. The entry becomes the most recently used."""
+        if len(prompt) <= self.min_tokens or not self.entries:
+            return None
+        ids = torch.tensor(prompt[:-1])
+        best, n = max(((e, shared(e.tokens, ids)) for e in self.entries), key=lambda en: en[1])
+        if n < self.min_tokens:
+            return None
+        self.entries.remove(best)
+        self.entries.append(best)
+        return best, n
+
+    def keep(self, prompt: list[int], cache, features: torch.Tensor) -> None:
+        """Keep a prompt just prefilled: `cache` (a KVCache) holds its keys and values in its first len(prompt)
+        slots, `features` [len(prompt), D] its hidden states. Entries it extends go (it serves every prompt they
+        serve); so does an entry it only repeats a prefix of, if this one is longer; if one extends it, that one
+        stays and is touched."""
+        ids = torch.tensor(prompt)
+        if len(ids) <= self.min_tokens or features.shape[0] != len(ids):
+            return
+        for e in self.entries:
+            if len(e.tokens) >= len(ids) and shared(e.tokens, ids) == len(ids):
+                self.entries.remove(e)
+                self.entries.append(e)
+                return
+        for e in [e for e in self.entries if shared(e.tokens, ids) == len(e.tokens)]:
+            self._drop(e)
+        k, v = cache.prefix(len(ids))
+        entry = Entry(ids, k, v, features)
+        if entry.nbytes > self.budget:
+            return
+        while self.nbytes + entry.nbytes > self.budget:
+            self._drop(self.entries[0])
+        self.entries.append(entry)
+        self.nbytes += entry.nbytes
+
+    def _drop(self, entry: Entry) -> None:
+        self.entries.remove(entry)
+        self.nbytes -= entry.nbytes
