@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     dr = sub.add_parser("doctor", help="what this machine guarantees (bitwise rows, kernels, dtype), checked on "
                                        "the model; exit 1 where the guarantee does not hold")
     _model_flags(dr)
-    dr.add_argument("--rows", type=int, default=64, help="largest pass checked (default 64 rows)")
+    dr.add_argument("--rows", type=int, default=64, help="largest pass checked (default 64 rows; at least 2)")
 
     f = sub.add_parser("fetch", help="download and convert a model into the local cache, then print its folder")
     f.add_argument("--model", help=f"a model name ({', '.join(catalog.names())}), a .gguf file or a model folder; "

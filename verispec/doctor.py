@@ -91,8 +91,8 @@ def fingerprint_line(target) -> str:
 
 def cmd_doctor(args) -> int:
     from .api import Target
-    if args.rows < 1:
-        print("verispec: error: --rows must be >= 1", file=sys.stderr)
+    if args.rows < 2:
+        print("verispec: error: --rows must be >= 2 (a pass of several rows against the rows alone)", file=sys.stderr)
         return 2
     for line in machine_lines():
         print(line)
@@ -123,6 +123,10 @@ def cmd_doctor(args) -> int:
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     device = target.model.device
     print(f"model: {target.folder} ({args.dtype}, {device})")
+    if 40 + args.rows + 2 > target.model.cfg.max_position:
+        print(f"verispec: error: --rows {args.rows} does not fit the model's context of "
+              f"{target.model.cfg.max_position} tokens (the checks run after 40 of them)", file=sys.stderr)
+        return 2
     results = checks(target.model, args.rows)
     for what, held in results:
         print(f"  {'ok  ' if held else 'FAIL'} {what}")

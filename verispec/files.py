@@ -40,6 +40,22 @@ def atomic_dir(dest: Path):
         raise
 
 
+def check_new_folder(dest, force: bool = False) -> None:
+    """Refuse, in one line and before any work, a folder to be written at `dest` where it would replace what a user
+    made: a file; a folder that is not empty, unless `force`; with `force`, a folder without a config.json (every
+    folder verispec writes, drafts, heads and their exports, holds one)."""
+    dest = Path(dest)
+    if not str(dest).strip() or dest.resolve() == Path.cwd().resolve() or dest.resolve().parent == dest.resolve():
+        raise VerispecError(f"name a new folder to write, not {str(dest)!r}")
+    if dest.exists() and not dest.is_dir():
+        raise VerispecError(f"{dest} is a file: name a folder to write")
+    if dest.is_dir() and any(dest.iterdir()):
+        if not force:
+            raise VerispecError(f"{dest} exists: pass --force to replace it, or name another folder")
+        if not (dest / "config.json").is_file():
+            raise VerispecError(f"{dest} holds no config.json: verispec replaces only a folder it wrote")
+
+
 def refuse_folder(dest) -> None:
     """A one-line error where a file is to be written at `dest` and a folder stands there (a command checks its
     outputs this way before its work, and `atomic_path` again when it writes)."""
@@ -52,7 +68,13 @@ def atomic_path(dest: Path):
     """Yield the path of a temporary file beside `dest` for a writer that opens files itself; on success it is
     renamed over `dest`, on error removed."""
     dest = Path(dest)
+    if not dest.name:
+        raise VerispecError(f"name a file to write, not {str(dest)!r}")
+    if dest.is_symlink():                      # write through a link, to the file it names
+        dest = Path(os.path.realpath(dest))
     refuse_folder(dest)
+    if dest.exists() and not dest.is_file():
+        raise VerispecError(f"{dest} is not a regular file: name a file to write")
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
     os.close(fd)

@@ -23,8 +23,8 @@ class SamplingConfig:
     top_p: float = 1.0         # keep the smallest set of most likely tokens with mass >= top_p; 1 = off
 
     def __post_init__(self):
-        if not self.temperature >= 0:
-            raise VerispecError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < float("inf"):
+            raise VerispecError(f"temperature must be >= 0 and finite, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise VerispecError(f"top-p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
@@ -40,7 +40,10 @@ def probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     logits = logits.float()
     if cfg.greedy:
         return torch.zeros_like(logits).scatter_(-1, top_tokens(logits)[..., None], 1.0)
-    logits = logits / cfg.temperature
+    if cfg.temperature < 1e-3:          # so small that logits / T could overflow float32: scaled from the max
+        logits = (logits - logits.amax(-1, keepdim=True)) / cfg.temperature
+    else:
+        logits = logits / cfg.temperature
     if cfg.top_k and cfg.top_k < logits.shape[-1]:
         kth = logits.topk(cfg.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -48,7 +51,8 @@ def probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     if cfg.top_p < 1:
         sorted_p, order = p.sort(dim=-1, descending=True, stable=True)   # ties in id order, whatever the rows
         mass_before = sorted_p.cumsum(-1) - sorted_p       # mass of strictly more likely tokens
-        drop = torch.empty_like(order, dtype=torch.bool).scatter_(-1, order, mass_before >= cfg.top_p)
+        cut = (mass_before >= cfg.top_p) & (mass_before > 0)   # the most likely token stays, however small top_p
+        drop = torch.empty_like(order, dtype=torch.bool).scatter_(-1, order, cut)
         p = p.masked_fill(drop, 0.0)                            # drop, mapped back from sorted to vocab order
         p = p / p.cumsum(-1)[..., -1:]              # a row's sum in one fixed order (`sum` splits a lone row
                                                     # across threads: other bits than the same row among others)

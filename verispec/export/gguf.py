@@ -139,6 +139,8 @@ def _card(draft: Path, target_gguf: Path, cfg: LlamaConfig, pad: int, eps2: floa
 def export_gguf(draft: str | Path, out: str | Path, model: str | None = None, force: bool = False) -> tuple[Path, Path]:
     """Write `draft` (a draft folder, for target `model`) as OUT.gguf and its card as OUT.md. Returns both paths."""
     import gguf
+    if not Path(out).name or Path(out).is_dir():
+        raise VerispecError(f"--out names the file to write (OUT.gguf and OUT.md), not the folder {str(out)!r}")
     out = Path(out) if str(out).endswith(".gguf") else Path(f"{out}.gguf")
     card_path = out.with_suffix(".md")
     if not force and (out.exists() or card_path.exists()):
@@ -155,7 +157,10 @@ def export_gguf(draft: str | Path, out: str | Path, model: str | None = None, fo
     if cfg.vocab_size != len(tokens):
         raise VerispecError(f"the draft's vocabulary ({cfg.vocab_size} tokens) differs from the target's "
                             f"({len(tokens)}); a draft must share the target's tokenizer")
-    hf = loader.read_weights(folder)
+    try:
+        hf = loader.read_weights(folder)
+    except Exception as e:                      # a truncated or corrupt safetensors file: one line
+        raise VerispecError(f"cannot load weights from {folder}: {type(e).__name__}: {e}") from None
     stored = next((w.dtype for n, w in hf.items() if n.endswith("proj.weight")), None)
     if stored is None:
         raise VerispecError(f"{folder}: no decoder layers to export (no *proj.weight tensors)")

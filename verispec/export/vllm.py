@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from ..errors import VerispecError
+from ..files import check_new_folder
 
 # The engine sources each layout was checked against: (repository, path, commit read).
 LOADERS = {
@@ -54,8 +55,7 @@ def export_heads(draft, target, out, force: bool = False, target_path: str = "TA
         cfg = json.loads((draft / "config.json").read_text())
     except (OSError, ValueError) as e:
         raise VerispecError(f"cannot read the head folder {draft}: {e}") from None
-    if out.exists() and not force:
-        raise VerispecError(f"{out} exists: pass --force to replace it")
+    check_new_folder(out, force)
     if out.resolve() == draft.resolve():
         raise VerispecError(f"--out {out} is the head folder itself: choose another")
     target_path = str(target_path)

@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from ..errors import VerispecError
@@ -123,7 +124,7 @@ def load_eagle(folder: str | Path, target, dtype: torch.dtype) -> tuple[EagleHea
         head = EagleHead(target.cfg, state["head_ids"], layout=cfg.get("eagle_layout", "verispec"),
                          intermediate=cfg.get("intermediate_size"))
         head.load_state_dict(state)
-    except (OSError, ValueError, KeyError, RuntimeError) as e:
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError, AttributeError, SafetensorError) as e:
         raise VerispecError(f"cannot load the EAGLE head from {folder}: {e}") from None
     head = head.to(device=target.device, dtype=dtype).eval()
     head.attach(target.embed.weight, target.output_rows(head.head_ids.to(target.device)))

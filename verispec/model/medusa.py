@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 import torch.nn.functional as F
 from torch import nn
 
@@ -73,7 +74,7 @@ def load_heads(folder: str | Path, target, dtype: torch.dtype) -> tuple[MedusaHe
         state = load_file(str(folder / "medusa.safetensors"))
         heads = MedusaHeads(int(cfg["num_heads"]), int(cfg["hidden_size"]), state["head_ids"])
         heads.load_state_dict(state)
-    except (OSError, ValueError, KeyError, RuntimeError) as e:
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError, AttributeError, SafetensorError) as e:
         raise VerispecError(f"cannot load Medusa heads from {folder}: {e}") from None
     if heads.blocks[0].in_features != target.cfg.hidden_size:
         raise VerispecError(f"Medusa heads in {folder} are {heads.blocks[0].in_features} wide, the target "

@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..api import METHODS, Target, engine_profile, make_proposer
 from ..engine import GenerationConfig, Sequence
@@ -155,8 +156,19 @@ def create_app(server: Server, decode_thread: bool = True):
         where = ".".join(str(x) for x in first.get("loc", ())[1:]) or None
         if first.get("type") == "json_invalid":
             return await api_error(request, APIError(400, "the request body is not valid JSON", "invalid_json"))
+        if first.get("type") in ("model_attributes_type", "dict_type") and where is None:
+            return await api_error(request, APIError(400, "the request body must be a JSON object (and sent with "
+                                                          "Content-Type: application/json)", "invalid_json"))
         return await api_error(request, APIError(400, f"{where or 'body'}: {first.get('msg', 'invalid request')}",
                                                  "invalid_value", where))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, e: StarletteHTTPException):    # the framework's own: OpenAI-style too
+        message = {404: f"no such route: {request.method} {request.url.path}",
+                   405: f"{request.method} is not allowed on {request.url.path}",
+                   400: "the request body could not be read: send UTF-8 JSON"}.get(e.status_code, str(e.detail))
+        code = {404: "not_found", 405: "method_not_allowed", 400: "invalid_json"}.get(e.status_code)
+        return await api_error(request, APIError(e.status_code, message, code, headers=dict(e.headers or {})))
 
     @app.exception_handler(Exception)
     async def unexpected(request, e: Exception):           # never a bare 500 or a traceback
@@ -185,6 +197,10 @@ def create_app(server: Server, decode_thread: bool = True):
         prompts = req.prompts()
         if not prompts or not all(prompts):
             raise APIError(400, "the prompt is empty", "invalid_value", "prompt")
+        if len(prompts) * req.n > server.limits.max_waiting:         # refused before any work is done for it
+            raise APIError(400, f"a request may ask for at most {server.limits.max_waiting} choices (prompts times "
+                                f"n, this server's --max-waiting); this one asks for {len(prompts) * req.n}",
+                           "invalid_value", "prompt")
         if req.stream and len(prompts) > 1:
             raise APIError(400, "streaming takes one prompt; send a list of prompts without stream",
                            "invalid_value", "prompt")

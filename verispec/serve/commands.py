@@ -18,6 +18,7 @@ def cmd_serve(args) -> int:
 
     from ..api import Target
     from .app import APIError, Server, create_app
+    from .guard import uvicorn_config
     if not 1 <= args.max_batch <= 256:
         raise VerispecError(f"--max-batch must be in 1..256, got {args.max_batch}")
     if not 0 <= args.port <= 65535:
@@ -35,8 +36,7 @@ def cmd_serve(args) -> int:
     except APIError as e:                            # a bad --method / --tree / --draft: one line, exit 2
         raise VerispecError(e.message) from None
     import threading
-    http = uvicorn.Server(uvicorn.Config(create_app(server, decode_thread=False), host=args.host, port=args.port,
-                                         log_level=args.log_level))
+    http = uvicorn.Server(uvicorn_config(create_app(server, decode_thread=False), args.host, args.port, args.log_level))
     web = threading.Thread(target=http.run, name="verispec-http", daemon=True)   # HTTP on a thread, decoding
     web.start()                                                                 # on the main one
     shape = f", tree {args.tree}" if args.tree else ""
@@ -131,7 +131,7 @@ def cmd_bench_batch(args) -> int:
     ids = [tok.prompt_ids(p.prompt) for p in prompts]
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, sampling=SamplingConfig(0.0),
                            stop_token_ids=tok.stop_token_ids)
-    decode_batch(target, args.method, ids[:2], GenerationConfig(max_new_tokens=4, k=args.k), 2, args.draft)  # warm
+    decode_batch(target, args.method, (ids * 2)[:2], GenerationConfig(max_new_tokens=4, k=args.k), 2, args.draft)  # warm
     rows, profile = [], target.profile()
     print(f"{'batch':>5} {'plain tok/s':>11} {args.method + ' tok/s':>13} {'speedup':>8} {'MAT':>5} "
           f"{'drafts/pass':>11} {'predicted':>10}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 class APIError(Exception):
     def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None,
                  kind: str = "invalid_request_error", headers: dict | None = None):
+        message = message.encode("utf-8", "backslashreplace").decode("utf-8")   # echoed input: always encodable
         super().__init__(message)
         self.status, self.message, self.code, self.param, self.kind = status, message, code, param, kind
         self.headers = headers or {}

@@ -1,12 +1,23 @@
 """What every request passes before a route sees it: the API key (`Authorization: Bearer KEY` on every /v1
-route; /health and /metrics stay open) and the body size (413 past the limit, whether or not the client sent a
-Content-Length). A pure ASGI middleware: it reads the body (never more than the limit) before the app does."""
+route; /health and /metrics stay open), the body size (413 past the limit, whether or not the client sent a
+Content-Length) and the body's arrival (408 past BODY_TIMEOUT_S). A pure ASGI middleware: it reads the body
+(never more than the limit) before the app does.
+
+Below ASGI, `http_protocol` (uvicorn's h11 protocol) closes a connection whose request head has not arrived
+within HEAD_TIMEOUT_S of its opening, or of the previous response on a kept-alive connection, and refuses
+connections past MAX_CONNECTIONS open at once: without them, sockets that never send, or send a byte now and
+then, would be held for ever until the server ran out of file descriptors."""
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 
 from .errors import APIError
+
+HEAD_TIMEOUT_S = 15.0      # a request head, from the connection's opening or the previous response
+BODY_TIMEOUT_S = 30.0      # a request body, from its head
+MAX_CONNECTIONS = 1024     # open at once; more are closed as they open
 
 
 class Guard:
@@ -29,8 +40,13 @@ class Guard:
         if length is not None and length.isdigit() and int(length) > self.max_body:
             return await self.refuse(send, self.too_large())
         body, more = bytearray(), True                 # read the body here (at most the limit), then replay it
+        deadline = asyncio.get_running_loop().time() + BODY_TIMEOUT_S
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
+            except asyncio.TimeoutError:
+                return await self.refuse(send, APIError(408, f"the request body did not arrive within "
+                                                             f"{BODY_TIMEOUT_S:g} s", "request_timeout"))
             if message["type"] != "http.request":
                 return                            # the client went away before sending its body
             body += message.get("body", b"")
@@ -57,5 +73,43 @@ class Guard:
         body = json.dumps(e.body()).encode()
         await send({"type": "http.response.start", "status": e.status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-                    + ([(b"www-authenticate", b"Bearer")] if e.status == 401 else [])})
+                    + ([(b"www-authenticate", b"Bearer")] if e.status == 401 else [])
+                    + ([(b"connection", b"close")] if e.status == 408 else [])})
         await send({"type": "http.response.body", "body": body})
+
+
+def http_protocol():
+    """uvicorn's h11 protocol, with a deadline for every request head and a cap on open connections."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Protocol(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._head = None
+            if len(self.connections) > MAX_CONNECTIONS:
+                transport.close()
+                return
+            self._await_head()
+
+        def _await_head(self) -> None:
+            """Close the connection unless a request head (a new request cycle) arrives in time."""
+            waiting = self.cycle
+            self._head = self.loop.call_later(HEAD_TIMEOUT_S, lambda: self.cycle is waiting and self.transport.close())
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if self._head is not None and not self.transport.is_closing():
+                self._head.cancel()
+                self._await_head()
+
+        def connection_lost(self, exc) -> None:
+            if getattr(self, "_head", None) is not None:
+                self._head.cancel()
+            super().connection_lost(exc)
+
+    return Protocol
+
+
+def uvicorn_config(app, host: str, port: int, log_level: str = "warning"):
+    import uvicorn
+    return uvicorn.Config(app, host=host, port=port, log_level=log_level, http=http_protocol(), timeout_keep_alive=5)

@@ -26,8 +26,8 @@ def start_server(server, port: int, decode_thread: bool = True):
     import uvicorn
 
     from .app import create_app
-    uv = uvicorn.Server(uvicorn.Config(create_app(server, decode_thread), host="127.0.0.1", port=port,
-                                       log_level="warning"))
+    from .guard import uvicorn_config
+    uv = uvicorn.Server(uvicorn_config(create_app(server, decode_thread), "127.0.0.1", port))
     threading.Thread(target=uv.run, name="verispec-http", daemon=True).start()
     deadline = time.time() + 60
     while not uv.started:

@@ -1,9 +1,29 @@
 """The request bodies the API accepts (pydantic): OpenAI's fields plus `speculative` ({"method", "k"})."""
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# OpenAI fields this server does not implement, refused (400) unless absent or at the value that changes nothing.
+# `logprobs` is accepted and answered with null; `user` and other unknown fields are ignored.
+UNSUPPORTED = {"echo": (False,), "best_of": (1,), "suffix": ("",), "logit_bias": ({},), "presence_penalty": (0,),
+               "frequency_penalty": (0,), "repetition_penalty": (1,), "top_k": (0, -1), "min_p": (0,),
+               "tools": ([],), "tool_choice": ("none",), "functions": ([],), "function_call": ("none",),
+               "response_format": ({"type": "text"},), "top_logprobs": (0,)}
+
+
+def lone_surrogate(value) -> bool:
+    """Whether a decoded JSON value holds a string that is not valid Unicode (a lone surrogate, from "\\ud800")."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(lone_surrogate(k) or lone_surrogate(v) for k, v in value.items())
+    return isinstance(value, list) and any(lone_surrogate(v) for v in value)
 
 
 class Speculative(BaseModel):
@@ -29,6 +49,17 @@ class Common(BaseModel):
     n: int = Field(1, ge=1, le=16)              # choices per prompt; choice j samples with seed + j
     speculative: Speculative | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def supported(cls, data):
+        if isinstance(data, dict):
+            for name, harmless in UNSUPPORTED.items():
+                if data.get(name) is not None and data[name] not in harmless:
+                    raise ValueError(f"{name} is not supported by this server")
+            if lone_surrogate(data):
+                raise ValueError("the request holds text that is not valid Unicode (a lone surrogate)")
+        return data
+
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
@@ -40,14 +71,17 @@ class CompletionRequest(Common):
         return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
 
 
+class TextPart(BaseModel):
+    type: Literal["text"]                      # the only kind of part this server reads (no images, no audio)
+    text: str
+
+
 class Message(BaseModel):
     role: Literal["system", "user", "assistant"]
-    content: Union[str, list[dict]]
+    content: Union[str, Annotated[list[TextPart], Field(min_length=1)]]
 
     def text(self) -> str:
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.get("text", "") for part in self.content if part.get("type") == "text")
+        return self.content if isinstance(self.content, str) else "".join(part.text for part in self.content)
 
 
 class ChatRequest(Common):

@@ -62,7 +62,10 @@ def cmd_distill_data(args) -> int:
                 "per_category": args.per_category, "max_prompt_tokens": args.max_prompt_tokens,
                 "prompt_files": [Path(p).name for p in args.prompts], "shards": len(batches)}
     if (out / "manifest.json").exists():
-        old = json.loads((out / "manifest.json").read_text())
+        try:
+            old = json.loads((out / "manifest.json").read_text())
+        except (OSError, ValueError) as e:
+            raise VerispecError(f"cannot read {out / 'manifest.json'}: {e}; delete {out} to start afresh") from None
         if old != manifest:
             diff = sorted(k for k in manifest if old.get(k) != manifest[k])
             raise VerispecError(f"{out} holds data made with other parameters ({', '.join(diff)}); "

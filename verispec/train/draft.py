@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import VerispecError
 from ..model.llama import Llama, LlamaConfig
 from .data import Example, collate
 
@@ -119,6 +120,8 @@ def evaluate(model: Llama, examples: list[Example], head_index: torch.Tensor, ba
             sums[k] = sums.get(k, 0.0) + float(v) * n
         count += n
     model.train()
+    if not count:
+        raise VerispecError("no held-out answer token is among the draft's output tokens: raise --head-tokens")
     return {k: v / count for k, v in sums.items()}
 
 

@@ -13,6 +13,7 @@ def _head_training_flags(p: argparse.ArgumentParser, what: str, batch: int, batc
     """Flags shared by the commands that train on the target's features (train-medusa, train-eagle)."""
     p.add_argument("--data", required=True, help="a distill-data folder")
     p.add_argument("--out", required=True, help=f"output {what} (features, checkpoints go to OUT.work/)")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
     p.add_argument("--model", help="the target the data came from (default: SmolLM2-135M)")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="the target's dtype for features")
     p.add_argument("--head-tokens", type=int_at_least(1), default=8192, help="output vocabulary: the most frequent tokens")
@@ -43,6 +44,7 @@ def add_train_parsers(sub, model_flags) -> None:
     td = sub.add_parser("train-draft", help="distil a small draft model from distill-data output (resumable)")
     td.add_argument("--data", required=True, help="a distill-data folder")
     td.add_argument("--out", required=True, help="output model folder (checkpoints go to OUT.work/)")
+    td.add_argument("--force", action="store_true", help="replace OUT if it exists")
     td.add_argument("--model", help="the target the data came from (default: SmolLM2-135M)")
     td.add_argument("--layers", type=int_at_least(1), default=4)
     td.add_argument("--hidden", type=int, default=256)

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from ..errors import VerispecError
-from ..files import atomic_file
+from ..files import atomic_file, check_new_folder
 
 
 def start_run(args):
@@ -15,12 +15,19 @@ def start_run(args):
     folder OUT.work)."""
     from ..model import loader
     from .data import load_examples, split_held_out
+    check_new_folder(args.out, replaces_own(args))
     examples = load_examples(args.data, args.max_tokens)
     train, held = split_held_out(examples, args.eval_examples, args.data, args.max_answers)
     target, tok, _ = loader.load(args.model, args.dtype, "cpu")
     work = Path(str(args.out) + ".work")
     work.mkdir(parents=True, exist_ok=True)
     return train, held, target, tok, work
+
+
+def replaces_own(args) -> bool:
+    """Whether a training run may replace the folder at OUT: --force, or OUT.work is there (OUT is this run's
+    earlier output: a run stopped early, resumed, or run again with other steps)."""
+    return args.force or Path(str(args.out) + ".work").is_dir()
 
 
 def data_settings(args) -> dict:
