@@ -44,8 +44,8 @@ def check_new_folder(dest, force: bool = False) -> None:
     """Refuse, in one line and before any work, a folder to be written at `dest` where it would replace what a user
     made: a file; a folder that is not empty, unless `force`; with `force`, a folder without a config.json (every
     folder verispec writes, drafts, heads and their exports, holds one)."""
-    dest = Path(dest)
-    if not str(dest).strip() or dest.resolve() == Path.cwd().resolve() or dest.resolve().parent == dest.resolve():
+    dest, where = Path(dest), Path(dest).resolve()
+    if not str(dest).strip() or where == Path.cwd().resolve() or where.parent == where:
         raise VerispecError(f"name a new folder to write, not {str(dest)!r}")
     if dest.exists() and not dest.is_dir():
         raise VerispecError(f"{dest} is a file: name a folder to write")

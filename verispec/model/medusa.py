@@ -16,8 +16,8 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
 import torch.nn.functional as F
+from safetensors import SafetensorError
 from torch import nn
 
 from ..errors import VerispecError

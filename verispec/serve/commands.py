@@ -131,7 +131,8 @@ def cmd_bench_batch(args) -> int:
     ids = [tok.prompt_ids(p.prompt) for p in prompts]
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, sampling=SamplingConfig(0.0),
                            stop_token_ids=tok.stop_token_ids)
-    decode_batch(target, args.method, (ids * 2)[:2], GenerationConfig(max_new_tokens=4, k=args.k), 2, args.draft)  # warm
+    warm = GenerationConfig(max_new_tokens=4, k=args.k)
+    decode_batch(target, args.method, (ids * 2)[:2], warm, 2, args.draft)     # warm up (one prompt: twice)
     rows, profile = [], target.profile()
     print(f"{'batch':>5} {'plain tok/s':>11} {args.method + ' tok/s':>13} {'speedup':>8} {'MAT':>5} "
           f"{'drafts/pass':>11} {'predicted':>10}")

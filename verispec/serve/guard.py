@@ -40,10 +40,11 @@ class Guard:
         if length is not None and length.isdigit() and int(length) > self.max_body:
             return await self.refuse(send, self.too_large())
         body, more = bytearray(), True                 # read the body here (at most the limit), then replay it
-        deadline = asyncio.get_running_loop().time() + BODY_TIMEOUT_S
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + BODY_TIMEOUT_S
         while more:
             try:
-                message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
+                message = await asyncio.wait_for(receive(), deadline - loop.time())
             except asyncio.TimeoutError:
                 return await self.refuse(send, APIError(408, f"the request body did not arrive within "
                                                              f"{BODY_TIMEOUT_S:g} s", "request_timeout"))

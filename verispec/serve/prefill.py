@@ -23,18 +23,29 @@ class Prefill:
         head_dim] and the target's final hidden states [n, D] at its positions, shown to a proposer that reads
         them as the chunks before would have been. On the row-invariant kernels these are the very bits this
         prompt's own prefill gives those positions (`tests/test_serve_prefix.py`)."""
-        seq, n = self.seq, k.shape[2]
-        if not 0 < n < len(seq.prompt) or self.done:
-            raise ValueError(f"a kept prefix of {n} tokens cannot start a prompt of {len(seq.prompt)}")
+        n = k.shape[2]
+        if not 0 < n < len(self.seq.prompt) or self.done:
+            raise ValueError(f"a kept prefix of {n} tokens cannot start a prompt of {len(self.seq.prompt)}")
+        self._open()
+        self.cache.load(k, v)
+        self._seen(features)
+        self.done = n
+
+    def _open(self) -> None:
+        """Before the first chunk (or a kept prefix): the proposer prepared once, the sequence's cache made."""
+        seq = self.seq
         if seq.proposer is not None:
             seq.proposer.prepare(seq.capacity)
         self.cache = seq.target.new_cache(seq.capacity)
-        self.cache.load(k, v)
-        if seq.proposer is not None and seq.proposer.reads_features:
-            seq.proposer.observe(features)
+
+    def _seen(self, hidden: torch.Tensor) -> None:
+        """The target's final hidden states [m, D] of the next m prompt positions: shown to a proposer that reads
+        them, and kept for the prefix cache (a copy: a pass may reuse its output's memory)."""
+        proposer = self.seq.proposer
+        if proposer is not None and proposer.reads_features:
+            proposer.observe(hidden)
         if self.features is not None:
-            self.features.append(features)
-        self.done = n
+            self.features.append(hidden.clone())
 
     def prompt_features(self) -> torch.Tensor | None:
         """The target's final hidden states [len(prompt), D] at every prompt position, once prefilled (None: not
@@ -62,18 +73,13 @@ class Prefill:
             self.done = len(prompt)
             return n
         if self.cache is None:
-            if seq.proposer is not None:
-                seq.proposer.prepare(seq.capacity)
-            self.cache = seq.target.new_cache(seq.capacity)
+            self._open()
         n = min(budget, len(prompt) - 1 - self.done)       # the last prompt token is left to Sequence.prefill
         device = seq.target.device
         tokens = torch.tensor([prompt[self.done:self.done + n]], device=device)              # [1, n]
         positions = torch.arange(self.done, self.done + n, device=device)[None]              # [1, n]
         hidden = seq.target(tokens, positions, self.cache)                                   # [1, n, D]
-        if seq.proposer is not None and seq.proposer.reads_features:
-            seq.proposer.observe(hidden[0])
-        if self.features is not None:
-            self.features.append(hidden[0].clone())
+        self._seen(hidden[0])
         self.done += n
         return n
 

@@ -60,8 +60,7 @@ class PrefixCache:
         best, n = max(((e, shared(e.tokens, ids)) for e in self.entries), key=lambda en: en[1])
         if n < self.min_tokens:
             return None
-        self.entries.remove(best)
-        self.entries.append(best)
+        self._touch(best)
         return best, n
 
     def keep(self, prompt: list[int], cache, features: torch.Tensor) -> None:
@@ -72,13 +71,14 @@ class PrefixCache:
         ids = torch.tensor(prompt)
         if len(ids) <= self.min_tokens or features.shape[0] != len(ids):
             return
-        for e in self.entries:
-            if len(e.tokens) >= len(ids) and shared(e.tokens, ids) == len(ids):
-                self.entries.remove(e)
-                self.entries.append(e)
-                return
-        for e in [e for e in self.entries if shared(e.tokens, ids) == len(e.tokens)]:
-            self._drop(e)
+        common = [(e, shared(e.tokens, ids)) for e in self.entries]
+        holding = next((e for e, n in common if n == len(ids)), None)    # it holds this whole prompt
+        if holding is not None:
+            self._touch(holding)
+            return
+        for e, n in common:
+            if n == len(e.tokens):                                       # a prompt this one extends
+                self._drop(e)
         k, v = cache.prefix(len(ids))
         entry = Entry(ids, k, v, features)
         if entry.nbytes > self.budget:
@@ -87,6 +87,11 @@ class PrefixCache:
             self._drop(self.entries[0])
         self.entries.append(entry)
         self.nbytes += entry.nbytes
+
+    def _touch(self, entry: Entry) -> None:
+        """`entry` becomes the most recently used."""
+        self.entries.remove(entry)
+        self.entries.append(entry)
 
     def _drop(self, entry: Entry) -> None:
         self.entries.remove(entry)
