@@ -3,9 +3,10 @@
     python scripts/prefix_ttft.py MODEL DTYPE METHOD [--prompts FILE] [--limit N] [--max-tokens N] [--tree T]
 
 For each prompt: turn 1 (the prompt), then turn 2 (turn 1, its answer, a follow-up), streamed, greedy, through
-one server whose prefix cache is switched off (--prefix-cache-mb 0) or on (a fresh 1,024 MB cache) between the
-two runs, which alternate in order from prompt to prompt. Prints each turn's time to first token and total
-seconds, their medians, and whether both runs gave the same text (they must: the output is exact either way)."""
+one server whose prefix cache is switched off (--prefix-cache-mb 0), on (a fresh 1,024 MB cache), or on but
+keeping prompts only, not the answers decoded after them (as before Session 55), between the runs, whose order
+rotates from prompt to prompt. Prints each turn's time to first token and total seconds, their medians, and
+whether every run gave the same text (they must: the output is exact either way)."""
 import argparse
 import json
 import statistics
@@ -50,32 +51,40 @@ def main() -> int:
     server = Server(target, a.method, "auto", max_batch=4, tree=a.tree, prefill_chunk=64)
     uv = start_server(server, free_port())
     base = f"http://127.0.0.1:{uv.config.port}"
-    tok, rows, same = target.tokenizer, {"off": [], "on": []}, True
+    tok, rows, same = target.tokenizer, {"off": [], "prompts": [], "on": []}, True
+    finish = server.scheduler._finish
+
+    def prompts_only(job):                       # "prompts": the request's answer is not kept at its end
+        if mode == "prompts":
+            job.sequence.features = None
+        finish(job)
+    server.scheduler._finish = prompts_only
     try:
         chat(base, server.name, [{"role": "user", "content": "Hello"}], 4)                 # warm-up
         for i, prompt in enumerate(prompts):
             texts = {}
-            for mode in (("off", "on") if i % 2 == 0 else ("on", "off")):
-                cache = PrefixCache(1024) if mode == "on" else None
+            for mode in list(rows)[i % 3:] + list(rows)[:i % 3]:
+                cache = PrefixCache(1024) if mode != "off" else None
                 server.scheduler.call(lambda: setattr(server.scheduler, "prefix", cache))
                 turn1 = [{"role": "user", "content": prompt}]
                 t1 = chat(base, server.name, turn1, a.max_tokens)
                 turn2 = turn1 + [{"role": "assistant", "content": t1[2]}, {"role": "user", "content": FOLLOW_UP}]
                 t2 = chat(base, server.name, turn2, a.max_tokens)
-                rows[mode].append((t1, t2, len(tok.encode(tok.render_chat(turn2)))))
+                rows[mode].append((t1, t2, len(tok.chat_ids(turn2))))
                 texts[mode] = (t1[2], t2[2])
-                print(f"prompt {i} {mode:3s}: turn 1 first token {t1[0]:6.2f} s, all {t1[1]:6.2f} s; turn 2 "
+                print(f"prompt {i} {mode:7s}: turn 1 first token {t1[0]:6.2f} s, all {t1[1]:6.2f} s; turn 2 "
                       f"({rows[mode][-1][2]} prompt tokens) first token {t2[0]:6.2f} s, all {t2[1]:6.2f} s",
                       flush=True)
-            same &= texts["on"] == texts["off"]
+            same &= texts["on"] == texts["off"] == texts["prompts"]
     finally:
         uv.should_exit = True
     med = {m: [statistics.median(r[t][j] for r in rows[m]) for t in (0, 1) for j in (0, 1)] for m in rows}
-    for m in ("off", "on"):
-        print(f"median, prefix cache {m:3s}: turn 1 first token {med[m][0]:.2f} s, all {med[m][1]:.2f} s; turn 2 "
+    for m in rows:
+        print(f"median, prefix cache {m:7s}: turn 1 first token {med[m][0]:.2f} s, all {med[m][1]:.2f} s; turn 2 "
               f"first token {med[m][2]:.2f} s, all {med[m][3]:.2f} s")
-    print(f"turn 2 time to first token, on / off: {med['on'][2] / med['off'][2]:.3f}; "
-          f"same text with and without: {'yes' if same else 'NO'} ({len(prompts)} prompts, {a.method}, {a.dtype})")
+    print(f"turn 2 time to first token, on / off: {med['on'][2] / med['off'][2]:.3f}, on / prompts only: "
+          f"{med['on'][2] / med['prompts'][2]:.3f}; same text in every mode: {'yes' if same else 'NO'} "
+          f"({len(prompts)} prompts, {a.method}, {a.dtype}, {a.max_tokens} new tokens a turn)")
     return 0 if same else 1
 
 

@@ -29,9 +29,16 @@ def post(base: str, path: str, body: dict, **kw) -> httpx.Response:
 def offline_ids(target, ids: list[int], max_new: int, method: str = "plain", temperature: float = 0.0,
                 seed: int = 0) -> str:
     """What `verispec generate` gives for these prompt ids, as text."""
+    return target.tokenizer.decode(offline_cached(target, ids, max_new, method, temperature, seed)[0])
+
+
+def offline_cached(target, ids: list[int], max_new: int, method: str = "plain", temperature: float = 0.0,
+                   seed: int = 0) -> tuple[list[int], list[int]]:
+    """The token ids `verispec generate` gives, and the tokens whose keys and values its cache holds after."""
     cfg = GenerationConfig(max_new_tokens=max_new, k="auto", seed=seed, sampling=SamplingConfig(temperature),
                            stop_token_ids=target.tokenizer.stop_token_ids)
-    return target.tokenizer.decode(make_engine(method, target).generate(ids, cfg).token_ids)
+    engine = make_engine(method, target)
+    return engine.generate(ids, cfg).token_ids, engine.cached_tokens
 
 
 def metric(base: str, name: str, labels: str = "") -> float:

@@ -93,8 +93,9 @@ def test_packed_runs_sample_what_each_run_samples_alone(target_bf16):
 
 def test_a_reused_prefix_leaves_eagle_every_prompt_feature(target_bf16):
     """`Engine.generate(reuse_prefix=True)` runs only the new prompt positions, and EAGLE's head drafts from every
-    position's features: with a feature-reading proposer the prefix is not reused, so a seeded run at T = 1 samples
-    what it samples afresh (it did not: the head drafted from the last prompt token's feature alone)."""
+    position's features: a reused prefix's are the ones kept by the run before (none kept: the prefix is not
+    reused), so a seeded run at T = 1 samples what it samples afresh (it did not, once: the head drafted from the
+    last prompt token's feature alone)."""
     from dataclasses import replace
 
     from verispec.api import make_engine
@@ -106,4 +107,6 @@ def test_a_reused_prefix_leaves_eagle_every_prompt_feature(target_bf16):
     engine = make_engine("eagle", target_bf16)
     for seed in range(1001, 1005):
         fresh = engine.generate(ids, replace(cfg, seed=seed)).token_ids
-        assert engine.generate(ids, replace(cfg, seed=seed), reuse_prefix=True).token_ids == fresh
+        assert engine.generate(ids, replace(cfg, seed=seed), reuse_prefix=True).token_ids == fresh   # none kept
+        assert engine.features is not None
+        assert engine.generate(ids, replace(cfg, seed=seed), reuse_prefix=True).token_ids == fresh   # reused

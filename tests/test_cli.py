@@ -78,7 +78,7 @@ DEV_PROMPTS = str(Path(__file__).parent.parent / "bench" / "dev_prompts.jsonl")
     (["generate", "hi", "--method", "plain", "--draft", "x"], "--draft is for --method draft"),
     (["bench", "--prompts", DEV_PROMPTS, "--limit", "0"], "--limit: must be an integer >= 1"),
     (["bench", "--prompts", DEV_PROMPTS, "--methods", ""], "--methods is empty"),
-    (["bench", "--prompts", DEV_PROMPTS, "--json", ""], "--json needs a file name"),
+    (["bench", "--prompts", DEV_PROMPTS, "--json", ""], "name a file to write"),
     (["profile", "--prompts", DEV_PROMPTS, "--context", "0"], "--context: must be an integer >= 1"),
     (["report", "--prompts", DEV_PROMPTS, "--out", "r", "--adversarial", "-1"], "--adversarial: must be an integer"),
     (["audit", "--level", "nan"], "--level: must be a finite number in (0, 1)"),
@@ -86,6 +86,11 @@ DEV_PROMPTS = str(Path(__file__).parent.parent / "bench" / "dev_prompts.jsonl")
     (["train-draft", "--data", "d", "--out", "o", "--eval-every", "0"], "--eval-every: must be an integer >= 1"),
     (["train-eagle", "--data", "d", "--out", "o", "--cls-weight", "nan"], "--cls-weight: must be a finite number"),
     (["distill-data", "--prompts", DEV_PROMPTS, "--out", "o", "--temperatures", "abc"], "--temperatures must be"),
+    (["export", "--format", "gguf", "--model", "/no/such/model", "--out", "o.gguf"], "model not found: /no/such"),
+    (["audit", "--method", "plain"], "draft-tree, medusa or eagle"),
+    (["demo", "--methods", ","], "--methods is empty"),
+    (["report", "--prompts", DEV_PROMPTS, "--out", "r", "--methods", "plain"], "--methods is empty"),
+    (["loadtest", "--methods", " , "], "--methods is empty"),
 ])
 def test_bad_flags_of_every_command(capsys, argv, needle):
     """Found by probing every command with bad values: each is one line and status 2, before any model loads."""
@@ -103,8 +108,17 @@ def test_cost_curve_profile_needs_batch(capsys, tmp_path):
     fails_cleanly(capsys, ["cost-curve", "--profile", str(tmp_path / "p.json")], "--profile saves the batch curves")
 
 
-def test_a_folder_named_as_an_output_file_is_one_line(capsys, tmp_path):
-    fails_cleanly(capsys, ["cost-curve", "--json", str(tmp_path), "--repeats", "1"], "is a folder: name a file")
+@pytest.mark.parametrize("command", [["cost-curve", "--repeats", "1"], ["bench", "--prompts", DEV_PROMPTS],
+                                     ["profile", "--prompts", DEV_PROMPTS], ["bench-batch", "--prompts", DEV_PROMPTS],
+                                     ["loadtest", "--prompts", DEV_PROMPTS],
+                                     ["profile", "--prompts", DEV_PROMPTS, "--json", "x.json", "--out"]])
+def test_an_output_file_that_cannot_be_written_is_refused_before_the_work(capsys, tmp_path, command):
+    """Every command's --json (and profile's --out) is checked before any model loads, not after minutes of work."""
+    flag = [] if command[-1] == "--out" else ["--json"]
+    (tmp_path / "file").write_text("mine")
+    for where, needle in ((tmp_path, "is a folder: name a file"), (tmp_path / "file" / "x.json", "is a file")):
+        fails_cleanly(capsys, [*command, *flag, str(where), "--model", str(tmp_path / "none")], needle)
+    assert (tmp_path / "file").read_text() == "mine"
 
 
 def test_a_tree_file_of_non_integer_ranks_is_one_line(capsys, tiny_dir, tmp_path):
@@ -240,13 +254,28 @@ def test_bench_refuses_zero_repeats_and_typical_acceptance_on_chains(tmp_path, t
     assert main(["bench", "--prompts", str(prompts), "--model", str(tiny_dir), "--repeats", "0"]) == 2
     assert "--repeats must be >= 1" in capsys.readouterr().err
     assert main(["generate", "hi", "--model", str(tiny_dir), "--method", "ngram", "--acceptance", "typical"]) == 2
-    assert "typical acceptance needs a tree method" in capsys.readouterr().err
+    assert "typical acceptance needs a tree: draft-tree" in capsys.readouterr().err
 
 
 def test_python_dash_m_works(tiny_dir):
     r = subprocess.run([sys.executable, "-m", "verispec", "generate", "", "--model", str(tiny_dir)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.strip() == "verispec: error: the prompt is empty"
+
+
+def test_ctrl_c_while_torch_imports_is_one_line():
+    """The command's entry point, with a Ctrl-C arriving while torch is being imported (simulated by an import
+    hook): one line and 130, no traceback; so importing the package itself must not import torch."""
+    hook = ("import sys\n"
+            "class CtrlC:\n"
+            "    def find_spec(self, name, *a):\n"
+            "        if name == 'torch':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, CtrlC())\n"
+            "from verispec.launch import main\n"
+            "sys.exit(main(['generate', 'hi']))\n")
+    r = subprocess.run([sys.executable, "-c", hook], capture_output=True, text=True)
+    assert r.returncode == 130 and r.stderr == "verispec: interrupted\n", r.stderr
 
 
 def test_demo_compares_methods_with_plain_on_the_same_output(capsys, tiny_dir):

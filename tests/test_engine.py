@@ -159,3 +159,50 @@ def test_shipped_medusa_heads_greedy_equal_plain(target_fp32, plain_outputs):
     tree = tree_from_acceptance(trees["acceptance"], 16)[0]
     drafted, accepted = check_greedy_equal(model, tok, MedusaProposer(heads, tree), plain_outputs, k=8)
     assert accepted > 0
+
+
+def test_a_fixed_k_never_measures_the_cost_profile(tiny_dir, monkeypatch):
+    """Measuring a machine's costs takes minutes on a large model: only k = "auto" asks for the profile."""
+    import verispec.api as api
+    target = api.Target.load(str(tiny_dir), "fp32", "cpu")
+    asked = []
+    real = api.engine_profile
+    monkeypatch.setattr(api, "engine_profile", lambda *a, **kw: asked.append(1) or real(*a, **kw))
+    spec = api.Speculator(method="ngram", target=target)
+    spec.generate("Count to ten", max_new_tokens=4, k=3)
+    assert asked == []
+    spec.generate("Count to ten", max_new_tokens=4, k="auto")
+    spec.generate("Count to ten", max_new_tokens=4, k="auto")
+    assert asked == [1]                                   # once, then kept
+
+
+def test_prefix_reuse_with_a_proposer_reading_features_equals_a_fresh_start(target_fp32, monkeypatch):
+    """The Python API's reuse_prefix with Medusa (features-reading, as EAGLE): a follow-up prompt that holds the
+    first prompt and its answer starts from their kept keys, values and hidden states, and decodes what a fresh
+    engine does, drafting the very same tokens."""
+    import torch
+
+    from verispec.api import DEFAULT_MEDUSA
+    from verispec.engine import Sequence
+    from verispec.model.medusa import load_heads
+    from verispec.proposers.medusa import MedusaProposer
+    from verispec.tree import tree_from_acceptance
+    model, tok = target_fp32
+    heads, trees = load_heads(DEFAULT_MEDUSA, model, torch.float32)
+    tree = tree_from_acceptance(trees["acceptance"], 8)[0]
+    cfg = GenerationConfig(max_new_tokens=12, k=4, sampling=SamplingConfig(0.0))
+    engine = Engine(model, MedusaProposer(heads, tree))
+    first = tok.prompt_ids(PROMPTS[0])
+    answer = engine.generate(first, cfg, reuse_prefix=True).token_ids
+    kept = engine.cached_tokens                                       # (drafts accepted past the budget too)
+    assert engine.features.shape[0] == len(kept) and kept[:len(first) + len(answer) - 1] == first + answer[:-1]
+    follow = first + answer + tok.encode("\nAnd once more, shorter:")
+    heard, real = [], Sequence.heard
+    monkeypatch.setattr(Sequence, "heard", lambda self, h: heard.append(h.shape[0]) or real(self, h))
+    reused = engine.generate(follow, cfg, reuse_prefix=True)
+    shared = next(i for i, (a, b) in enumerate(zip(kept + [-1], follow)) if a != b)
+    assert heard[0] == shared >= len(first) + len(answer) - 1        # the kept prefix, heard before the rest
+    fresh = Engine(model, MedusaProposer(heads, tree)).generate(follow, cfg)
+    assert reused.token_ids == fresh.token_ids
+    assert (reused.stats.drafted_tokens, reused.stats.accepted_tokens) == (fresh.stats.drafted_tokens,
+                                                                         fresh.stats.accepted_tokens)

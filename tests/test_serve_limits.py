@@ -47,6 +47,24 @@ def test_max_model_len_counts_prompt_and_completion(tiny):
         Server(tiny, "plain", limits=Limits(max_model_len=513))
 
 
+def test_a_prompt_near_the_end_of_the_context_gets_the_room_left(tiny):
+    """Without max_tokens, a prompt that leaves less than the default is answered with what the model's context
+    leaves once the widest verification pass is reserved (plain decoding and a chain of k = 6), not refused."""
+    server = Server(tiny, "plain", allowed_methods=["plain", "ngram"])
+    prompt = "one" + " one" * 499
+    n = len(tiny.tokenizer.encode(prompt))
+    assert n == 500                          # room for 11 and 5 tokens, below the default of 16
+    with serving(server) as base:
+        for spec, spare in (({"method": "plain"}, 1), ({"method": "ngram", "k": 6}, 7)):
+            r = post(base, "/v1/completions", completion(tiny, prompt, speculative=spec, stop=None))
+            assert r.status_code == 200, r.text
+            usage = r.json()["usage"]
+            assert usage["prompt_tokens"] == n and usage["completion_tokens"] <= 512 - spare - n < 16
+        e = error(post(base, "/v1/completions", completion(tiny, prompt, max_tokens=512 - n,
+                                                           speculative={"method": "ngram", "k": 6})), 400)
+        assert e["code"] == "context_length_exceeded" and "7 of them kept" in e["message"], e
+
+
 def test_max_tokens_is_a_cap_that_rejects_and_bounds_the_default(tiny):
     server = Server(tiny, "plain", limits=Limits(max_tokens=5))
     with serving(server) as base:

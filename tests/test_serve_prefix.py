@@ -7,7 +7,7 @@ import openai
 import pytest
 import torch
 
-from serving import metric, offline_ids, serving
+from serving import metric, offline_cached, offline_ids, serving
 from verispec.api import Target
 from verispec.engine import GenerationConfig, Sequence
 from verispec.proposers.ngram import NgramProposer
@@ -124,8 +124,9 @@ def test_a_prompt_prefilled_from_a_kept_prefix_gets_the_bits_of_its_own_whole_pr
 
 def test_a_chats_next_turn_reuses_its_first_turn_and_equals_offline_for_every_method(target_bf16):
     """Greedy chats of two turns through the server, each method's second turn prefilled from the first turn's
-    kept prompt: both turns equal offline decoding of the same messages (plain greedy), and the metrics count
-    the reused tokens."""
+    kept prompt and answer: both turns equal offline decoding of the same messages (plain greedy), so an answer's
+    keys, values and features, computed while decoding, are the bits a prefill gives them; the metrics count the
+    reused tokens."""
     tok = target_bf16.tokenizer
     server = Server(target_bf16, "eagle", "auto", max_batch=4, tree="dynamic+ngram", prefill_chunk=32,
                     allowed_methods=["eagle", "draft", "ngram", "plain"])
@@ -139,26 +140,32 @@ def test_a_chats_next_turn_reuses_its_first_turn_and_equals_offline_for_every_me
     with serving(server) as base:
         async def main():
             client = openai.AsyncOpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=120)
-            out = {}
+            out, reuse = {}, []
             for method in ("eagle", "draft", "ngram", "plain"):
                 first = await chat(client, turn1, method)
                 turn2 = turn1 + [{"role": "assistant", "content": first},
                                  {"role": "user", "content": f"Now in {method} words?"}]
+                before = metric(base, "verispec_prefix_cache_tokens_total")
                 out[method] = (first, turn2, await chat(client, turn2, method))
+                reuse.append(metric(base, "verispec_prefix_cache_tokens_total") - before)
             await client.close()
-            return out
+            return out, reuse
 
-        out = asyncio.run(main())
+        out, reuse = asyncio.run(main())
         hits = metric(base, "verispec_prefix_cache_hits_total")
         reused = metric(base, "verispec_prefix_cache_tokens_total")
         kept_bytes = metric(base, "verispec_prefix_cache_bytes")
     def offline(messages):
-        return offline_ids(target_bf16, tok.encode(tok.render_chat(messages)), 12)
+        return offline_ids(target_bf16, tok.chat_ids(messages), 12)
 
     first_expected = offline(turn1)
     for method, (first, turn2, second) in out.items():
         assert first == first_expected, method
         assert second == offline(turn2), method
-    prompt1 = len(tok.encode(tok.render_chat(turn1)))
-    assert hits == 7 and reused >= 7 * (prompt1 - 8)             # every request after the first
+    prompt1 = tok.chat_ids(turn1)
+    assert hits == 7 and reused >= 7 * (len(prompt1) - 8)        # every request after the first
+    cached = offline_cached(target_bf16, prompt1, 12)[1]         # the first turn, answer and all, as cached
+    turn2 = tok.chat_ids(out["eagle"][1])
+    shared = next(i for i, (a, b) in enumerate(zip(cached + [-1], turn2)) if a != b)
+    assert reuse[0] == shared > len(prompt1) + 8                 # the first turn's answer too, as it was cached
     assert 0 < kept_bytes <= server.limits.prefix_cache_mb * 2 ** 20

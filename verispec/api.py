@@ -98,6 +98,8 @@ def default_draft(target: Target | str | None, shipped: Path = DEFAULT_DRAFT, wh
         if not (folder / "config.json").exists():
             raise VerispecError(f"the shipped {what} of {name} is missing from {folder}; pass --draft PATH")
         return str(folder)
+    if not is_default and not isinstance(target, Target) and not Path(str(target)).expanduser().exists():
+        raise VerispecError(f"model not found: {target} (nor a model name: {', '.join(catalog.names())})")
     if not is_default:
         raise VerispecError(f"--method {what} needs --draft PATH for this model (trained for it with `verispec "
                             f"train-{what}`); the shipped {what} only fits the default SmolLM2-135M-Instruct")
@@ -286,7 +288,7 @@ def make_engine(method: str, target: Target, draft: str | None = None, ngram_max
                 tree: str | None = None) -> Engine:
     """An engine for `method` on `target`, with the target's cost profile for k = "auto"."""
     proposer = make_proposer(method, target, draft, ngram_max, tree=tree)
-    return Engine(target.model, proposer, engine_profile(target, proposer, draft))
+    return Engine(target.model, proposer, lambda: engine_profile(target, proposer, draft))   # on first need
 
 
 def engine_profile(target: Target, proposer: Proposer | None, draft: str | None = None,

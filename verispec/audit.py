@@ -200,7 +200,7 @@ def cmd_audit(args) -> int:
         raise VerispecError("audit needs --samples >= 10 and --tokens >= 1")
     if args.method == "plain":
         raise VerispecError("audit compares a speculative method with plain sampling; pick ngram, draft, "
-                            "draft-tree or medusa")
+                            "draft-tree, medusa or eagle")
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     plain = Engine(target.model)
     spec = make_engine(args.method, target, args.draft, args.ngram_max, args.tree)

@@ -152,17 +152,13 @@ def parse_ks(text: str) -> list[int | str]:
 
 
 def cmd_bench(args) -> int:
-    from .flags import check_decoding_flags
+    from .flags import check_decoding_flags, method_names
     ks = parse_ks(args.k)
     args.k, args.ks = ks[0], ks
     check_decoding_flags(args)
     if args.repeats < 1:
         raise VerispecError(f"--repeats must be >= 1, got {args.repeats}")
-    names = [m for m in dict.fromkeys(args.methods.split(",")) if m]
-    if not names:
-        raise VerispecError("--methods is empty: name at least one method, e.g. plain,ngram")
-    if args.json_out is not None and not args.json_out.strip():
-        raise VerispecError("--json needs a file name")
+    names = method_names(args.methods)
     methods = ["plain"] + [m for m in names if m != "plain"]
     prompts = select(load_prompts(args.prompts), args.limit)
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)

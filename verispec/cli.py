@@ -6,8 +6,9 @@ import json
 import os
 import sys
 
-from .engine import GenerationConfig
+from .generation import GenerationConfig
 from .errors import VerispecError
+from .files import check_new_file
 from .export.commands import add_export_parser
 from .model import catalog
 from .flags import DRAFT_WEIGHTS, check_decoding_flags, device, float_in, format_stats, int_at_least, parse_k, seed
@@ -210,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     lt.add_argument("--duration", type=float, default=30.0, help="seconds per method")
     lt.add_argument("--methods", default="plain,ngram", help="speculative methods to compare, one after another")
     lt.add_argument("--max-tokens", type=int, default=64)
-    lt.add_argument("--prompts", nargs="+", default=["bench/dev_prompts.jsonl"])
+    lt.add_argument("--prompts", nargs="+", help="prompt files (default: the development prompts of verispec's "
+                                                 "repository, bench/dev_prompts.jsonl)")
     lt.add_argument("--max-batch", type=int, default=16)
     lt.add_argument("--json", dest="json_out", metavar="OUT")
     lt.add_argument("--faults", action="store_true", help="fault injection against a server in this process: bad "
@@ -286,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     if "dtype" in args and args.dtype is None:
         args.dtype = catalog.default_dtype(getattr(args, "model", None))
     try:
+        for path in (getattr(args, "json_out", None), args.out if args.command == "profile" else None):
+            if path is not None:
+                check_new_file(path)         # before the work: a run must not end unable to write its figures
         if args.command == "generate":
             return cmd_generate(args)
         if args.command in ("bench", "audit") and args.url:

@@ -6,6 +6,7 @@ import sys
 from .api import Target, make_engine
 from .engine import Engine, GenerationConfig
 from .errors import VerispecError
+from .flags import method_names
 from .sampling import SamplingConfig
 
 PROMPTS = [
@@ -29,9 +30,9 @@ def _faster(engine, ids, cfg):
 
 
 def cmd_demo(args) -> int:
+    methods = method_names(args.methods, speculative=True)
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     tok = target.tokenizer
-    methods = [m for m in args.methods.split(",") if m and m != "plain"]
     plain = Engine(target.model)
     # --draft is the draft model's folder; EAGLE drafts its static tree with the n-gram path grafted on (its
     # fastest mode here, see the README)

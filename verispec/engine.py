@@ -14,13 +14,14 @@ cycle from that pass's hidden states (`finish`). `Engine.generate` runs one sequ
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from .autok import CHAIN_OF, MARGIN, CostProfile
 from .errors import VerispecError
+from .generation import Generation, GenerationConfig
 from .model import ops
 from .model.host import upload
 from .model.llama import Llama
@@ -29,38 +30,6 @@ from .proposers.base import Proposal, Proposer
 from .sampling import SamplingConfig, probs, sample, top_tokens
 from .stats import GenerationStats
 from .verify import greedy_chain, greedy_tree, tree_draws, verify_chain, verify_tree, verify_tree_typical
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    max_new_tokens: int = 128
-    k: int | str = 4                            # draft tokens per cycle, or "auto" (ignored by plain decoding)
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
-    seed: int = 0
-    stop_token_ids: frozenset[int] = frozenset()
-    k_max: int = 12                             # the largest k "auto" may choose
-    acceptance: str = "exact"                   # "typical": Medusa's typical acceptance on trees -- LOSSY
-
-    def __post_init__(self):
-        if self.max_new_tokens < 1:
-            raise VerispecError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
-        if self.k != "auto" and (not isinstance(self.k, int) or self.k < 1):
-            raise VerispecError(f"k must be >= 1 or 'auto', got {self.k}")
-        if self.k_max < 1:
-            raise VerispecError(f"k-max must be >= 1, got {self.k_max}")
-        if self.acceptance not in ("exact", "typical"):
-            raise VerispecError(f"acceptance must be 'exact' or 'typical', got {self.acceptance!r}")
-
-    @property
-    def longest_draft(self) -> int:
-        return self.k_max if self.k == "auto" else self.k
-
-
-@dataclass
-class Generation:
-    token_ids: list[int]
-    stats: GenerationStats
-    finish_reason: str          # "stop" (a stop token), "length", or "cancelled" (Sequence.cancel)
 
 
 @dataclass
@@ -130,6 +99,14 @@ class _Top:
         return int(top_tokens(self.p[node]) if self.u is None else tree_draws(self.p[node], self.u[node]))
 
 
+def reserve(proposer: Proposer | None, longest_draft: int) -> int:
+    """Cache rows a sequence keeps past its prompt and output: the most tokens one proposal may hold (a chain's k,
+    a static tree's size, a dynamic tree's or a grafted n-gram path's bound), and one."""
+    if proposer is None:
+        return 1
+    return max(longest_draft, proposer.tree.size if proposer.tree is not None else 0, proposer.max_nodes) + 1
+
+
 class Sequence:
     """One generation in progress: its output, KV cache, proposer, random stream, automatic-k state and stats."""
 
@@ -140,20 +117,18 @@ class Sequence:
         self.target, self.proposer, self.prompt, self.cfg, self.on_tokens = target, proposer, prompt, cfg, on_tokens
         tree = None if proposer is None else proposer.tree    # a static tree, filled every cycle
         if cfg.acceptance == "typical" and (proposer is None or not proposer.makes_trees):
-            raise VerispecError("typical acceptance needs a tree method (draft-tree or medusa)")
+            raise VerispecError("typical acceptance needs a tree: draft-tree, medusa, or eagle with --tree")
         limit = target.cfg.max_position
         if cfg.longest_draft + 1 > limit // 2:
             raise VerispecError(f"k = {cfg.longest_draft} is too large for a context of {limit} tokens")
-        k = 0 if proposer is None else cfg.longest_draft
-        # the most nodes a proposal may hold: a static tree's size, or the proposer's bound (a dynamic tree, a
-        # grafted n-gram path)
-        nodes = 0 if proposer is None else max(tree.size if tree is not None else 0, proposer.max_nodes)
-        self.capacity = len(prompt) + cfg.max_new_tokens + max(k, nodes) + 1
+        spare = reserve(proposer, cfg.longest_draft)
+        self.capacity = len(prompt) + cfg.max_new_tokens + spare
         if self.capacity > limit:
-            raise VerispecError(f"prompt ({len(prompt)} tokens) plus max-new-tokens ({cfg.max_new_tokens}) "
-                                f"exceeds the model's context of {limit} tokens")
+            raise VerispecError(f"prompt ({len(prompt)} tokens) plus max-new-tokens ({cfg.max_new_tokens}) plus "
+                                f"{spare} for the widest pass exceeds the model's context of {limit} tokens")
         # proposers that draft from the target's own features (Medusa) hear the hidden states of kept positions
         self._observe = proposer.observe if proposer is not None and proposer.reads_features else None
+        self.features: list[torch.Tensor] | None = None   # [] keeps every cached position's hidden states [m, D]
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.stats = GenerationStats(prompt_tokens=len(prompt), lossy=cfg.acceptance == "typical")
         self.cache, self.cached_tokens = None, []   # cached_tokens: tokens whose keys/values are in self.cache
@@ -183,32 +158,36 @@ class Sequence:
         return self.finish_reason is not None
 
     @torch.inference_mode()
-    def prefill(self, cache=None, cached_tokens: list[int] = (), hidden: torch.Tensor | None = None) -> torch.Tensor:
+    def prefill(self, cache=None, cached_tokens: list[int] = (), hidden: torch.Tensor | None = None,
+                known: torch.Tensor | None = None) -> torch.Tensor:
         """Fill a cache with the prompt (reusing `cache` and the prefix it shares with `cached_tokens`, if given)
         and draw the first token. hidden: the whole prompt's hidden states [1, n, D], its keys and values already
-        in `cache` (runs of one prompt sharing one prefill, as `audit`'s do): only the output head runs.
+        in `cache` (runs of one prompt sharing one prefill, as `audit`'s do): only the output head runs. known:
+        the hidden states [len(cached_tokens), D] of `cached_tokens`, heard for the reused prefix.
         Returns the hidden states [1, m, D] of the m prompt positions after the reused prefix."""
         if self.proposer is not None:
             self.proposer.prepare(self.capacity)
-        keep = 0
-        if cache is not None and cache.capacity >= self.capacity:
-            for a, b in zip(cached_tokens, self.prompt[:-1] if hidden is None else self.prompt):
-                if a != b:
-                    break
-                keep += 1
-        else:
-            cache = self.target.new_cache(self.capacity)
+        keep, known_tokens = 0, cached_tokens if cache is not None else ()
+        for a, b in zip(known_tokens, self.prompt[:-1] if hidden is None else self.prompt):
+            if a != b:
+                break
+            keep += 1
+        if cache is None or cache.capacity < self.capacity:     # too small: the kept prefix moves to a new one
+            cache, old = self.target.new_cache(self.capacity), cache
+            if keep:
+                cache.load(*old.prefix(keep))
         if hidden is not None and keep < len(self.prompt):
             raise ValueError("prefilling from given hidden states needs the whole prompt cached")
         cache.truncate(keep)
         self.cache, self.cached_tokens = cache, list(self.prompt)
+        if known is not None and keep:
+            self.heard(known[:keep])
         if hidden is None:
             device, prompt = self.target.device, self.prompt
             tokens = upload([prompt[keep:]], device)                              # [1, n]
             positions = torch.arange(keep, len(prompt), device=device)[None]      # [1, n]
             hidden = self.target(tokens, positions, cache)                        # [1, n, D]
-        if self._observe is not None:
-            self._observe(hidden[0])
+        self.heard(hidden[0])
         logits = self.target.logits(hidden[:, -1:])                               # [1, 1, vocab]
         self.stats.target_passes = 1
         u = upload(torch.rand(1, generator=self.gen), self.target.device)
@@ -292,8 +271,7 @@ class Sequence:
             n, next_token = proposal.read_with(torch.cat([num_accepted, next_token]))[0].tolist()   # one read
         self.cache.truncate(step.start + 1 + n)                                    # newest + accepted drafts
         self.cached_tokens.extend([step.newest] + proposal.tokens[:n])
-        if self._observe is not None:
-            self._observe(hidden[0, :n + 1])                                       # [n+1, D]
+        self.heard(hidden[0, :n + 1])                                              # [n+1, D]
         return proposal.tokens[:n], int(next_token)
 
     def _verify_tree(self, step: Pass, hidden: torch.Tensor, logits: torch.Tensor | None):
@@ -331,9 +309,17 @@ class Sequence:
         self.cache.compact(step.start, kept)
         accepted = [proposal.tokens[i - 1] for i in path]
         self.cached_tokens.extend([step.newest] + accepted)
-        if self._observe is not None:
-            self._observe(hidden[0].index_select(0, upload(kept, hidden.device)))  # [1+len(path), D]
+        if self._observe is not None or self.features is not None:
+            self.heard(hidden[0].index_select(0, upload(kept, hidden.device)))     # [1+len(path), D]
         return accepted, next_token
+
+    def heard(self, hidden: torch.Tensor) -> None:
+        """The target's hidden states [m, D] of the next m cached positions: shown to a proposer that reads them,
+        and kept in `features` if it is a list (a copy: a pass may reuse its output's memory)."""
+        if self._observe is not None:
+            self._observe(hidden)
+        if self.features is not None:
+            self.features.append(hidden.clone())
 
     def cancel(self) -> None:
         """Stop early (a client went away, or a stop string matched)."""
@@ -359,11 +345,20 @@ class Sequence:
 
 
 class Engine:
-    def __init__(self, target: Llama, proposer: Proposer | None = None, profile: CostProfile | None = None):
-        """profile: the cost model behind k = "auto" (built-in defaults when None)."""
-        self.target, self.proposer, self.profile = target, proposer, profile or CostProfile()
+    def __init__(self, target: Llama, proposer: Proposer | None = None,
+                 profile: CostProfile | Callable[[], CostProfile] | None = None):
+        """profile: the cost model behind k = "auto" (built-in defaults when None), or a function that makes it,
+        called on first need (measuring a machine's costs takes minutes; a fixed k never needs them)."""
+        self.target, self.proposer, self._profile = target, proposer, profile or CostProfile()
         self.cache = None
         self.cached_tokens: list[int] = []      # tokens whose keys/values are in self.cache
+        self.features: torch.Tensor | None = None   # their hidden states, kept for a proposer that reads them
+
+    @property
+    def profile(self) -> CostProfile:
+        if callable(self._profile):
+            self._profile = self._profile()
+        return self._profile
 
     @property
     def static_tree(self):
@@ -377,17 +372,20 @@ class Engine:
     def sequence(self, prompt: list[int], cfg: GenerationConfig,
                  on_tokens: Callable[[list[int]], None] | None = None) -> Sequence:
         """A new generation with this engine's target, proposer and cost profile (checked, not yet prefilled)."""
-        return Sequence(self.target, self.proposer, prompt, cfg, self.profile, on_tokens)
+        return Sequence(self.target, self.proposer, prompt, cfg, self.profile if cfg.k == "auto" else CostProfile(),
+                        on_tokens)
 
     @torch.inference_mode()
     def generate(self, prompt: list[int], cfg: GenerationConfig,
                  on_tokens: Callable[[list[int]], None] | None = None, reuse_prefix: bool = False) -> Generation:
         """Generate up to cfg.max_new_tokens tokens after `prompt`; `on_tokens` hears each cycle's new tokens.
-        reuse_prefix: keep the keys and values of the prefix this prompt shares with the last one, unless the
-        proposer reads the target's features (EAGLE drafts from every prompt position's, which are not kept)."""
+        reuse_prefix: keep the keys and values of the prefix this prompt shares with the last one (and, for a
+        proposer that reads the target's features, the hidden states at its positions)."""
         seq = self.sequence(prompt, cfg, on_tokens)
-        reuse = reuse_prefix and not (self.proposer is not None and self.proposer.reads_features)
-        seq.prefill(self.cache, self.cached_tokens if reuse else [])
+        features = reuse_prefix and self.proposer is not None and self.proposer.reads_features
+        seq.features = [] if features else None         # (a last run that kept none: the prefix is not reused)
+        reuse = reuse_prefix and (not features or self.features is not None)
+        seq.prefill(self.cache, self.cached_tokens if reuse else [], known=self.features if features else None)
         self.cache = seq.cache
         while not seq.done:
             step = seq.plan(seq.draft_length())
@@ -396,4 +394,5 @@ class Engine:
             seq.finish(step, hidden)
             seq.stats.time_verify_s += time.perf_counter() - t0
         self.cached_tokens = seq.cached_tokens
+        self.features = torch.cat(seq.features) if features else None        # [len(cached_tokens), D]
         return seq.result()

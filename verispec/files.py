@@ -63,6 +63,24 @@ def refuse_folder(dest) -> None:
         raise VerispecError(f"{dest} is a folder: name a file to write")
 
 
+def check_new_file(dest) -> None:
+    """Refuse, in one line and before a command's work, a file it could not write at `dest`: an empty name, a
+    folder or other non-regular file there, or no folder it may write in (a file in the way, no permission)."""
+    if not str(dest).strip() or not Path(dest).name:
+        raise VerispecError(f"name a file to write, not {str(dest)!r}")
+    dest = Path(os.path.realpath(dest))
+    refuse_folder(dest)
+    if dest.exists() and not dest.is_file():
+        raise VerispecError(f"{dest} is not a regular file: name a file to write")
+    parent = dest.parent
+    while not parent.exists():                 # the folders atomic_path would make
+        parent = parent.parent
+    if not parent.is_dir():
+        raise VerispecError(f"cannot write {dest}: {parent} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK) or (dest.exists() and not os.access(dest, os.W_OK)):
+        raise VerispecError(f"cannot write {dest}: permission denied")
+
+
 @contextlib.contextmanager
 def atomic_path(dest: Path):
     """Yield the path of a temporary file beside `dest` for a writer that opens files itself; on success it is

@@ -82,6 +82,16 @@ def parse_k(text: str) -> int | str:
     return k
 
 
+def method_names(value: str, speculative: bool = False) -> list[str]:
+    """A --methods list, in order, each name once (without plain if `speculative`); empty is a one-line error."""
+    names = [m for m in dict.fromkeys(part.strip() for part in value.split(",")) if m and not
+             (speculative and m == "plain")]
+    if not names:
+        raise VerispecError("--methods is empty: name at least one " +
+                            ("speculative method, e.g. ngram" if speculative else "method, e.g. plain,ngram"))
+    return names
+
+
 def check_decoding_flags(args) -> None:
     """Reject bad decoding flags before any model is loaded."""
     from .engine import GenerationConfig

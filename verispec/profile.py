@@ -235,14 +235,12 @@ def cmd_profile(args) -> int:
     from .bench import run_bench, select
     from .engine import Engine, GenerationConfig
     from .errors import VerispecError
-    from .files import atomic_file, refuse_folder
+    from .files import atomic_file
     from .prompts import load_prompts
     from .sampling import SamplingConfig
     methods = [m for m in dict.fromkeys(args.methods.split(",")) if m and m != "plain"]
     if not methods or not isinstance(args.k, int):
         raise VerispecError("profile needs at least one speculative method and a fixed --k")
-    for path in (args.json_out, args.out):      # before the measuring, not after it
-        refuse_folder(path)
     prompts = select(load_prompts(args.prompts), args.limit)
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     model = target.model

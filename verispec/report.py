@@ -23,7 +23,7 @@ from .bench import run_bench, select
 from .engine import Engine, GenerationConfig
 from .errors import VerispecError
 from .files import atomic_file
-from .flags import parse_temperatures
+from .flags import method_names, parse_temperatures
 from .prompts import Prompt, load_prompts
 from .sampling import SamplingConfig
 from .profile import correlation_report, explain, in_situ_cost, predicted_vs_measured
@@ -112,10 +112,8 @@ def adversarial(target, make, methods, n, cfg, chat) -> list[dict]:
 
 def cmd_report(args) -> int:
     from .bench import parse_ks
-    methods = [m for m in dict.fromkeys(args.methods.split(",")) if m and m != "plain"]
+    methods = method_names(args.methods, speculative=True)
     ks = parse_ks(args.k)
-    if not methods:
-        raise VerispecError("report needs at least one speculative method in --methods")
     if "auto" in ks:
         raise VerispecError("--k lists the fixed k values to sweep; auto is always added")
     temperatures = parse_temperatures(args.temperatures)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from ..errors import VerispecError
@@ -18,6 +19,10 @@ class Tokenizer:
             raise VerispecError(f"cannot load tokenizer from {folder}: {e}") from None
         self.chat_template = self.config.get("chat_template")
         self._template = None                       # compiled on first use
+        self._as_text = None                        # a copy that reads special tokens' names as text (on first use)
+        specials = sorted((t.content for t in self._tok.get_added_tokens_decoder().values() if t.special),
+                          key=len, reverse=True)
+        self._specials = re.compile("|".join(map(re.escape, specials))) if specials else None
         stops = set(eos_token_ids)
         for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>"):
             if (i := self._tok.token_to_id(name)) is not None:
@@ -52,10 +57,39 @@ class Tokenizer:
                                      bos_token=self.config.get("bos_token", ""),
                                      eos_token=self.config.get("eos_token", ""))
 
+    def chat_ids(self, messages: list[dict]) -> list[int]:
+        """The token ids of a conversation rendered for the assistant's reply. Messages are text: a special token's
+        name typed in a message ("<|im_end|>") is encoded as the characters it is, never as the token, so no message
+        can end its turn or open another role's. Only the template's own markers are special tokens."""
+        if self._specials is None or not any(self._specials.search(m.get("content") or "") for m in messages
+                                             if isinstance(m.get("content"), str)):
+            return self.encode(self.render_chat(messages))          # nothing to hide: the plain path, same ids
+        typed: list[str] = []                                       # what each placeholder stands for
+
+        def hide(m: re.Match) -> str:
+            typed.append(m.group(0))
+            return f"\ue000{len(typed) - 1}\ue001"
+        hider = re.compile(self._specials.pattern + "|\ue000")    # the placeholder's own mark is hidden too
+        rendered = self.render_chat([{**m, "content": hider.sub(hide, m["content"])}
+                                     if isinstance(m.get("content"), str) else m for m in messages])
+        if self._as_text is None:
+            from tokenizers import Tokenizer as HFTokenizer
+            self._as_text = HFTokenizer.from_str(self._tok.to_str())
+            self._as_text.encode_special_tokens = True
+        ids, start = [], 0
+        for marker in [*self._specials.finditer(rendered), None]:  # every special token left is the template's
+            text = rendered[start:marker.start() if marker else len(rendered)]
+            text = re.sub("\ue000(\\d+)\ue001", lambda m: typed[int(m.group(1))], text)
+            ids += self._as_text.encode(text, add_special_tokens=False).ids if text else []
+            if marker:
+                ids.append(self._tok.token_to_id(marker.group(0)))
+                start = marker.end()
+        return ids
+
     def prompt_ids(self, prompt: str, chat: bool = True) -> list[int]:
         if not prompt.strip():
             raise VerispecError("the prompt is empty")
-        return self.encode(self.chat_prompt(prompt) if chat else prompt)
+        return self.chat_ids([{"role": "user", "content": prompt}]) if chat else self.encode(prompt)
 
 
 def compile_template(source: str):

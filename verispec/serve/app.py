@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..api import METHODS, Target, engine_profile, make_proposer
-from ..engine import GenerationConfig, Sequence
+from ..engine import GenerationConfig, Sequence, reserve
 from ..errors import VerispecError
 from ..model.rows import kv_bytes_per_token
 from ..proposers.base import fork
@@ -103,19 +103,21 @@ class Server:
         method, k = spec.method or self.method, spec.k if spec.k is not None else self.k
         self.limits.check_k(k)
         self.limits.check_stops(req.stops())
+        proposer, k_max = self.proposer(method), min(K_MAX_AUTO, self.limits.max_k)
+        spare = reserve(proposer, k_max if k == "auto" else k)           # rows past the output a pass may need
         max_tokens = self.limits.completion_tokens(req.max_completion_tokens or req.max_tokens, default_max,
                                                    len(prompt_ids), self.context,
-                                                   "messages" if isinstance(req, ChatRequest) else "prompt")
+                                                   "messages" if isinstance(req, ChatRequest) else "prompt",
+                                                   max(0, self.context - self.target.model.cfg.max_position + spare))
         seed = (req.seed + choice) % 2 ** 64 if req.seed is not None else int.from_bytes(os.urandom(4), "little")
         tok = self.target.tokenizer
         try:
-            cfg = GenerationConfig(max_new_tokens=max_tokens, k=k, seed=seed, k_max=min(K_MAX_AUTO, self.limits.max_k),
+            cfg = GenerationConfig(max_new_tokens=max_tokens, k=k, seed=seed, k_max=k_max,
                                    acceptance=self.acceptance if getattr(self._proposers.get(method), "makes_trees",
                                                                          False) else "exact",
                                    sampling=SamplingConfig(req.temperature, 0, req.top_p),
                                    stop_token_ids=tok.stop_token_ids)
             job = Job(method, asyncio.get_running_loop(), pinned=req.seed is not None and req.temperature > 0)
-            proposer = self.proposer(method)
             job.sequence = Sequence(self.target.model, proposer, prompt_ids, cfg, self.profile, job.on_tokens)
         except VerispecError as e:
             code = "context_length_exceeded" if "context" in str(e) else "invalid_value"
@@ -213,7 +215,7 @@ def create_app(server: Server, decode_thread: bool = True):
         check_stream(req)
         messages = [{"role": m.role, "content": m.text()} for m in req.messages]
         try:
-            ids = await asyncio.to_thread(lambda: tok.encode(tok.render_chat(messages)))   # off the event loop
+            ids = await asyncio.to_thread(lambda: tok.chat_ids(messages))   # off the event loop
         except VerispecError as e:
             raise APIError(400, str(e), "invalid_value", "messages") from None
         except Exception as e:  # the model's own template rejected the conversation (or the sandbox did)

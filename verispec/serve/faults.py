@@ -24,6 +24,7 @@ import threading
 import time
 
 from ..errors import VerispecError
+from ..flags import method_names
 from .loadtest import free_port, percentile, start_server
 
 FAULTS = ("malformed_json", "oversize_body", "unknown_method", "huge_max_tokens", "leave_before_first_token",
@@ -278,7 +279,7 @@ def cmd_faults(args) -> int:
         raise VerispecError("--faults runs its own server (it plants a failure through a test-only hook); drop --url")
     if args.fault_every < 2 or args.long_prompt < 0 or args.prefill_chunk < 0:
         raise VerispecError("--fault-every must be >= 2, --long-prompt and --prefill-chunk >= 0")
-    methods = [m for m in args.methods.split(",") if m]
+    methods = method_names(args.methods)
     prompts = [p.prompt for p in load_prompts(args.prompts)][:6]
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     server = Server(target, methods[0], max_batch=args.max_batch, draft=args.draft,

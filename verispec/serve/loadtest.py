@@ -10,8 +10,10 @@ import os
 import socket
 import threading
 import time
+from pathlib import Path
 
 from ..errors import VerispecError
+from ..flags import method_names
 
 
 def free_port() -> int:
@@ -123,15 +125,25 @@ async def run_clients(base_url: str, model: str, method: str, prompts: list[str]
             "ttft_p99_s": percentile(ttfts, 99)}
 
 
+def dev_prompts() -> list[str]:
+    """The repository's development prompts (bench/dev_prompts.jsonl), wherever the command is run from."""
+    path = Path(__file__).resolve().parents[2] / "bench" / "dev_prompts.jsonl"
+    if not path.is_file():
+        raise VerispecError(f"no development prompts at {path} (verispec installed without its repository): "
+                            "pass --prompts FILE")
+    return [str(path)]
+
+
 def cmd_loadtest(args) -> int:
     from ..files import atomic_file
     from ..prompts import load_prompts
+    args.prompts = args.prompts or dev_prompts()
     if args.clients < 1 or args.duration <= 0 or args.max_tokens < 1:
         raise VerispecError("--clients and --max-tokens must be >= 1 and --duration > 0")
     if args.faults:
         from .faults import cmd_faults
         return cmd_faults(args)
-    methods = [m for m in args.methods.split(",") if m]
+    methods = method_names(args.methods)
     prompts = [p.prompt for p in load_prompts(args.prompts)]
     proc = None
     from ..remote import Endpoint

@@ -15,8 +15,10 @@ from ..engine import Sequence
 
 class Prefill:
     def __init__(self, seq: Sequence, keep_features: bool = False):
+        """keep_features: the sequence keeps the hidden states of every position it caches (`Sequence.features`),
+        the prompt's and then its output's, for the prefix cache."""
         self.seq, self.done, self.cache = seq, 0, None    # done: prompt tokens whose keys/values are cached
-        self.features: list[torch.Tensor] | None = [] if keep_features else None   # the prompt's, [m, D] each
+        seq.features = [] if keep_features else None
 
     def reuse(self, k: torch.Tensor, v: torch.Tensor, features: torch.Tensor) -> None:
         """Start from a kept prefix of this prompt (serve.prefix): its keys and values k, v [layers, kv_heads, n,
@@ -28,7 +30,7 @@ class Prefill:
             raise ValueError(f"a kept prefix of {n} tokens cannot start a prompt of {len(self.seq.prompt)}")
         self._open()
         self.cache.load(k, v)
-        self._seen(features)
+        self.seq.heard(features)
         self.done = n
 
     def _open(self) -> None:
@@ -38,19 +40,11 @@ class Prefill:
             seq.proposer.prepare(seq.capacity)
         self.cache = seq.target.new_cache(seq.capacity)
 
-    def _seen(self, hidden: torch.Tensor) -> None:
-        """The target's final hidden states [m, D] of the next m prompt positions: shown to a proposer that reads
-        them, and kept for the prefix cache (a copy: a pass may reuse its output's memory)."""
-        proposer = self.seq.proposer
-        if proposer is not None and proposer.reads_features:
-            proposer.observe(hidden)
-        if self.features is not None:
-            self.features.append(hidden.clone())
-
     def prompt_features(self) -> torch.Tensor | None:
         """The target's final hidden states [len(prompt), D] at every prompt position, once prefilled (None: not
         kept)."""
-        return None if self.features is None or self.remaining else torch.cat(self.features)
+        features = self.seq.features
+        return None if features is None or self.remaining else torch.cat(features)[:len(self.seq.prompt)]
 
     @property
     def remaining(self) -> int:
@@ -64,12 +58,10 @@ class Prefill:
         if budget <= 0 or self.remaining <= budget:
             n = self.remaining
             if self.cache is None:
-                hidden = seq.prefill()
+                seq.prefill()
             else:
                 with prepared(seq.proposer):               # keep what the proposer observed of earlier chunks
-                    hidden = seq.prefill(self.cache, prompt[:self.done])
-            if self.features is not None:
-                self.features.append(hidden[0].clone())
+                    seq.prefill(self.cache, prompt[:self.done])
             self.done = len(prompt)
             return n
         if self.cache is None:
@@ -79,7 +71,7 @@ class Prefill:
         tokens = torch.tensor([prompt[self.done:self.done + n]], device=device)              # [1, n]
         positions = torch.arange(self.done, self.done + n, device=device)[None]              # [1, n]
         hidden = seq.target(tokens, positions, self.cache)                                   # [1, n, D]
-        self._seen(hidden[0])
+        seq.heard(hidden[0])
         self.done += n
         return n
 

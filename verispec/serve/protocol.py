@@ -26,17 +26,22 @@ def lone_surrogate(value) -> bool:
     return isinstance(value, list) and any(lone_surrogate(v) for v in value)
 
 
-class Speculative(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Strict(BaseModel):
+    """JSON types as written: "4" is not a number, 1 is not true, 4.0 is not an integer."""
+    model_config = ConfigDict(strict=True)
+
+
+class Speculative(Strict):
+    model_config = ConfigDict(extra="forbid", strict=True)
     method: str | None = None
     k: Union[int, Literal["auto"], None] = None
 
 
-class StreamOptions(BaseModel):
+class StreamOptions(Strict):
     include_usage: bool = False
 
 
-class Common(BaseModel):
+class Common(Strict):
     model: str
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
@@ -71,12 +76,12 @@ class CompletionRequest(Common):
         return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
 
 
-class TextPart(BaseModel):
+class TextPart(Strict):
     type: Literal["text"]                      # the only kind of part this server reads (no images, no audio)
     text: str
 
 
-class Message(BaseModel):
+class Message(Strict):
     role: Literal["system", "user", "assistant"]
     content: Union[str, Annotated[list[TextPart], Field(min_length=1)]]
 

@@ -30,6 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import torch
+
 from ..engine import Sequence
 from .batch import Batch
 from .limits import KVBudget
@@ -241,10 +243,15 @@ class Scheduler:
 
     def _keep_prefix(self, job: Job) -> None:
         """Keep a prompt just prefilled for the prompts that will share its prefix (serve.prefix)."""
-        if self.prefix is None:
+        if self.prefix is not None:
+            self._keep(job.sequence.prompt, job.sequence, job.prefill.prompt_features())
+
+    def _keep(self, tokens: list[int], seq: Sequence, features: torch.Tensor | None) -> None:
+        """Keep `tokens`, cached in `seq`'s first slots with their hidden states `features` [len(tokens), D]."""
+        if features is None:
             return
         try:
-            self.prefix.keep(job.sequence.prompt, job.sequence.cache, job.prefill.prompt_features())
+            self.prefix.keep(tokens, seq.cache, features)
         except RuntimeError:                        # no memory for a copy now: the request goes on without one
             return
         self.metrics.prefix_bytes.set(self.prefix.nbytes)
@@ -290,6 +297,10 @@ class Scheduler:
     def _finish(self, job: Job) -> None:
         self._release(job)
         seq = job.sequence
+        if self.prefix is not None and seq.features is not None and seq.cache is not None:
+            # a chat's next turn holds this one's answer: keep the prompt and the answer as one entry
+            self._keep(seq.cached_tokens, seq, torch.cat(seq.features))
+        seq.features = None
         g = seq.result()
         outcome = job.cancelled or g.finish_reason
         self.metrics.finished(job.method, outcome, g.stats)

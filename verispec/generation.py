@@ -1,0 +1,40 @@
+"""What a generation is asked for (`GenerationConfig`) and what it gives back (`Generation`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import VerispecError
+from .sampling import SamplingConfig
+from .stats import GenerationStats
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_new_tokens: int = 128
+    k: int | str = 4                            # draft tokens per cycle, or "auto" (ignored by plain decoding)
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    seed: int = 0
+    stop_token_ids: frozenset[int] = frozenset()
+    k_max: int = 12                             # the largest k "auto" may choose
+    acceptance: str = "exact"                   # "typical": Medusa's typical acceptance on trees -- LOSSY
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1:
+            raise VerispecError(f"max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.k != "auto" and (not isinstance(self.k, int) or self.k < 1):
+            raise VerispecError(f"k must be >= 1 or 'auto', got {self.k}")
+        if self.k_max < 1:
+            raise VerispecError(f"k-max must be >= 1, got {self.k_max}")
+        if self.acceptance not in ("exact", "typical"):
+            raise VerispecError(f"acceptance must be 'exact' or 'typical', got {self.acceptance!r}")
+
+    @property
+    def longest_draft(self) -> int:
+        return self.k_max if self.k == "auto" else self.k
+
+
+@dataclass
+class Generation:
+    token_ids: list[int]
+    stats: GenerationStats
+    finish_reason: str          # "stop" (a stop token), "length", or "cancelled" (Sequence.cancel)
