@@ -52,7 +52,7 @@ def main() -> int:
     uv = start_server(server, free_port())
     base = f"http://127.0.0.1:{uv.config.port}"
     tok, rows, same = target.tokenizer, {"off": [], "prompts": [], "on": []}, True
-    finish = server.scheduler._finish
+    finish, mode = server.scheduler._finish, "off"
 
     def prompts_only(job):                       # "prompts": the request's answer is not kept at its end
         if mode == "prompts":

@@ -137,6 +137,20 @@ def test_the_kv_budget_counts_a_draft_models_cache(tiny, tiny_dir):
     assert server.kv.used == 0
 
 
+def test_the_kv_budget_counts_the_hidden_states_kept_for_the_prefix_cache(tiny):
+    """With the prefix cache on, a request whose prompt it would keep logs a hidden state per cached token (64
+    floats here, half a KV slot): a budget that holds the request's KV cache alone no longer holds it."""
+    per_token = kv_bytes_per_token(tiny.model)
+    prompt = "one" + " one" * 29                                        # 30 tokens: 30 + 20 + 1 = 51 slots
+    for cache_mb, status in ((0, 200), (1, 400)):
+        server = Server(tiny, "plain", limits=Limits(kv_cache_mb=60 * per_token / 2 ** 20,
+                                                     prefix_cache_mb=cache_mb))
+        with serving(server) as base:
+            r = post(base, "/v1/completions", completion(tiny, prompt, max_tokens=20))
+            assert r.status_code == status, r.text
+            assert status == 200 or r.json()["error"]["code"] == "kv_budget_exceeded"
+
+
 def test_k_is_capped_by_the_server(tiny):
     server = Server(tiny, "ngram", limits=Limits(max_k=4))
     with serving(server) as base:

@@ -65,6 +65,30 @@ def test_kept_prompts_stay_within_the_budget_the_least_recently_used_going_first
     kept(cache, prompts[2] + [4] * 5)                             # a prefix of a kept one: nothing new
     assert [len(e.tokens) for e in cache.entries] == [40, 50]
     kept(PrefixCache(one / 2 ** 20 / 2, min_tokens=4), prompts[0])   # larger than the whole budget: not kept
+    kept(cache, prompts[2] + [4] * 90)             # a prompt and its answer, larger than the budget: the entry it
+    assert [len(e.tokens) for e in cache.entries] == [40, 50]    # extends stays, and so does every other
+
+
+def test_an_engine_run_that_fails_leaves_nothing_to_reuse(tiny_dir):
+    """A run that raises (here its token callback) must not leave the last run's tokens paired with this run's
+    cache: the next reuse_prefix run starts afresh and decodes what a fresh engine does."""
+    from verispec.engine import Engine
+    tiny = Target.load(str(tiny_dir), "fp32", "cpu")
+    cfg = GenerationConfig(max_new_tokens=6, k=3, sampling=SamplingConfig(0.0))
+    a, b = tiny.tokenizer.encode(TEXT), tiny.tokenizer.encode("Something else entirely, " * 4)
+    engine = Engine(tiny.model)
+    engine.generate(a, cfg, reuse_prefix=True)
+
+    heard = []
+
+    def boom(ids):                                 # the first token passes; the first cycle's raises
+        heard.append(ids)
+        if len(heard) > 1:
+            raise KeyError("client went away")
+    with pytest.raises(KeyError):
+        engine.generate(b, cfg, on_tokens=boom, reuse_prefix=True)
+    assert engine.cached_tokens == []
+    assert engine.generate(a, cfg, reuse_prefix=True).token_ids == Engine(tiny.model).generate(a, cfg).token_ids
 
 
 class Watching(NgramProposer):
@@ -169,3 +193,20 @@ def test_a_chats_next_turn_reuses_its_first_turn_and_equals_offline_for_every_me
     shared = next(i for i, (a, b) in enumerate(zip(cached + [-1], turn2)) if a != b)
     assert reuse[0] == shared > len(prompt1) + 8                 # the first turn's answer too, as it was cached
     assert 0 < kept_bytes <= server.limits.prefix_cache_mb * 2 ** 20
+
+
+def test_the_python_apis_chat_starts_a_turn_from_the_last_and_equals_a_fresh_start(target_bf16, monkeypatch):
+    """`Speculator.chat`: the second turn starts from the first turn's prompt and answer (EAGLE shown their kept
+    features) and decodes what a fresh Speculator does."""
+    from verispec.api import Speculator
+    spec = Speculator(method="eagle", target=target_bf16)
+    turn1 = [{"role": "user", "content": "Summarise this in one sentence: " + TEXT * 2}]
+    first = spec.chat(turn1, max_new_tokens=12)
+    turn2 = turn1 + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "Shorter?"}]
+    heard, real = [], Sequence.heard
+    monkeypatch.setattr(Sequence, "heard", lambda self, h: heard.append(h.shape[0]) or real(self, h))
+    second = spec.chat(turn2, max_new_tokens=12)
+    assert heard[0] > len(target_bf16.tokenizer.chat_ids(turn1))         # the first turn's answer too
+    monkeypatch.undo()
+    fresh = Speculator(method="eagle", target=target_bf16).chat(turn2, max_new_tokens=12)
+    assert second.token_ids == fresh.token_ids and second.stats["drafted_tokens"] == fresh.stats["drafted_tokens"]

@@ -14,4 +14,9 @@ __all__ = sorted(_WHERE)
 def __getattr__(name: str):
     if name in _WHERE:
         return getattr(import_module(f".{_WHERE[name]}", __name__), name)
-    raise AttributeError(f"module 'verispec' has no attribute {name!r}")
+    try:                                         # a subpackage or module: verispec.model, verispec.proposers ...
+        return import_module(f".{name}", __name__)
+    except ModuleNotFoundError as e:
+        if e.name != f"{__name__}.{name}":
+            raise
+        raise AttributeError(f"module 'verispec' has no attribute {name!r}") from None

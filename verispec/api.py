@@ -347,11 +347,29 @@ class Speculator:
                  top_p: float = 1.0, top_k: int = 0, seed: int = 0, chat: bool = True,
                  on_text=None, acceptance: str = "exact",
                  k_max: int = GenerationConfig.k_max) -> Result:
+        """Decode after `prompt`: a user message in the model's chat template, or raw text with chat=False."""
+        return self._run(self.target.tokenizer.prompt_ids(prompt, chat), False, max_new_tokens, k, temperature,
+                         top_p, top_k, seed, on_text, acceptance, k_max)
+
+    def chat(self, messages: list[dict], max_new_tokens: int = 128, k: int | str = "auto", temperature: float = 0.0,
+             top_p: float = 1.0, top_k: int = 0, seed: int = 0, on_text=None, acceptance: str = "exact",
+             k_max: int = GenerationConfig.k_max) -> Result:
+        """The assistant's next message after `messages` ([{"role", "content"}], in the chat template; messages are
+        text, special tokens' names included). A conversation's next turn starts from the keys and values (and
+        the features EAGLE and Medusa read) of what it shares with the last call: the earlier turns and the last
+        answer are not prefilled again, and the output is that of a fresh start."""
+        if not messages:
+            raise VerispecError("the conversation is empty")
+        return self._run(self.target.tokenizer.chat_ids(messages), True, max_new_tokens, k, temperature, top_p,
+                         top_k, seed, on_text, acceptance, k_max)
+
+    def _run(self, ids: list[int], reuse: bool, max_new_tokens, k, temperature, top_p, top_k, seed, on_text,
+             acceptance, k_max) -> Result:
         tok = self.target.tokenizer
         cfg = GenerationConfig(max_new_tokens=max_new_tokens, k=k, k_max=k_max, seed=seed, acceptance=acceptance,
                                sampling=SamplingConfig(temperature, top_k, top_p),
                                stop_token_ids=tok.stop_token_ids)
         stream = StreamDecoder(tok)
         on_tokens = None if on_text is None else (lambda ids: on_text(stream.push(ids)))
-        g = self.engine.generate(tok.prompt_ids(prompt, chat), cfg, on_tokens)
+        g = self.engine.generate(ids, cfg, on_tokens, reuse_prefix=reuse)
         return Result(tok.decode(g.token_ids), g.token_ids, g.stats.to_dict(), g.finish_reason)

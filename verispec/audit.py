@@ -83,11 +83,12 @@ def sample_sequences(engine, prompt_ids, cfg, samples: int, seed0: int, progress
     def record(seq):
         done[seq.cfg.seed - seed0] = seq.result()
         progress.update(1)
-    packed, pending, shared = Batch(engine.target, engine.profile), iter(range(samples)), None
+    profile = engine.profile if cfg.k == "auto" else None       # (a fixed k never measures a cost profile)
+    packed, pending, shared = Batch(engine.target, profile), iter(range(samples)), None
     while True:
         while len(packed) < batch and (i := next(pending, None)) is not None:
             seq = Sequence(engine.target, fork(engine.proposer), prompt_ids, replace(cfg, seed=seed0 + i),
-                           engine.profile)
+                           packed.profile)
             shared = shared or _SharedPrompt(seq)
             shared.prefill(seq)
             packed.join(seq, pinned=True)

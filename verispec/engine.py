@@ -26,7 +26,7 @@ from .model import ops
 from .model.host import upload
 from .model.llama import Llama
 from .model.rows import RowPlan
-from .proposers.base import Proposal, Proposer
+from .proposers.base import Proposal, Proposer, reserve
 from .sampling import SamplingConfig, probs, sample, top_tokens
 from .stats import GenerationStats
 from .verify import greedy_chain, greedy_tree, tree_draws, verify_chain, verify_tree, verify_tree_typical
@@ -97,14 +97,6 @@ class _Top:
 
     def __getitem__(self, node: int) -> int:
         return int(top_tokens(self.p[node]) if self.u is None else tree_draws(self.p[node], self.u[node]))
-
-
-def reserve(proposer: Proposer | None, longest_draft: int) -> int:
-    """Cache rows a sequence keeps past its prompt and output: the most tokens one proposal may hold (a chain's k,
-    a static tree's size, a dynamic tree's or a grafted n-gram path's bound), and one."""
-    if proposer is None:
-        return 1
-    return max(longest_draft, proposer.tree.size if proposer.tree is not None else 0, proposer.max_nodes) + 1
 
 
 class Sequence:
@@ -383,9 +375,11 @@ class Engine:
         proposer that reads the target's features, the hidden states at its positions)."""
         seq = self.sequence(prompt, cfg, on_tokens)
         features = reuse_prefix and self.proposer is not None and self.proposer.reads_features
-        seq.features = [] if features else None         # (a last run that kept none: the prefix is not reused)
-        reuse = reuse_prefix and (not features or self.features is not None)
-        seq.prefill(self.cache, self.cached_tokens if reuse else [], known=self.features if features else None)
+        seq.features = [] if features else None
+        known = self.features if features else None     # a last run that kept none: the prefix is not reused
+        known_tokens = self.cached_tokens if reuse_prefix and (known is not None or not features) else []
+        self.cached_tokens, self.features = [], None    # until this run ends (a failed one leaves nothing to reuse)
+        seq.prefill(self.cache, known_tokens, known=known)
         self.cache = seq.cache
         while not seq.done:
             step = seq.plan(seq.draft_length())

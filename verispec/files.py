@@ -66,7 +66,7 @@ def refuse_folder(dest) -> None:
 def check_new_file(dest) -> None:
     """Refuse, in one line and before a command's work, a file it could not write at `dest`: an empty name, a
     folder or other non-regular file there, or no folder it may write in (a file in the way, no permission)."""
-    if not str(dest).strip() or not Path(dest).name:
+    if not str(dest).strip() or not Path(dest).name or str(dest).endswith(("/", os.sep)):
         raise VerispecError(f"name a file to write, not {str(dest)!r}")
     dest = Path(os.path.realpath(dest))
     refuse_folder(dest)
@@ -77,7 +77,7 @@ def check_new_file(dest) -> None:
         parent = parent.parent
     if not parent.is_dir():
         raise VerispecError(f"cannot write {dest}: {parent} is a file")
-    if not os.access(parent, os.W_OK | os.X_OK) or (dest.exists() and not os.access(dest, os.W_OK)):
+    if not os.access(parent, os.W_OK | os.X_OK):   # (the file itself is replaced by a rename: the folder's say)
         raise VerispecError(f"cannot write {dest}: permission denied")
 
 

@@ -72,10 +72,11 @@ class Tokenizer:
         hider = re.compile(self._specials.pattern + "|\ue000")    # the placeholder's own mark is hidden too
         rendered = self.render_chat([{**m, "content": hider.sub(hide, m["content"])}
                                      if isinstance(m.get("content"), str) else m for m in messages])
-        if self._as_text is None:
+        if self._as_text is None:                                   # (set only once it reads names as text)
             from tokenizers import Tokenizer as HFTokenizer
-            self._as_text = HFTokenizer.from_str(self._tok.to_str())
-            self._as_text.encode_special_tokens = True
+            as_text = HFTokenizer.from_str(self._tok.to_str())
+            as_text.encode_special_tokens = True
+            self._as_text = as_text
         ids, start = [], 0
         for marker in [*self._specials.finditer(rendered), None]:  # every special token left is the template's
             text = rendered[start:marker.start() if marker else len(rendered)]

@@ -194,3 +194,11 @@ def top_indices(scores: torch.Tensor, widths: list[int]) -> tuple[torch.Tensor, 
     The same indices, in the same order, as `top_choices` gives."""
     groups, at = rank_plan(widths, scores.device)
     return ranked(scores, groups), at
+
+
+def reserve(proposer: Proposer | None, longest_draft: int) -> int:
+    """Cache rows a sequence keeps past its prompt and output: the most tokens one proposal may hold (a chain's k,
+    a static tree's size, a dynamic tree's or a grafted n-gram path's bound), and one."""
+    if proposer is None:
+        return 1
+    return max(longest_draft, proposer.tree.size if proposer.tree is not None else 0, proposer.max_nodes) + 1

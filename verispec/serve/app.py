@@ -23,10 +23,10 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..api import METHODS, Target, engine_profile, make_proposer
-from ..engine import GenerationConfig, Sequence, reserve
+from ..engine import GenerationConfig, Sequence
 from ..errors import VerispecError
 from ..model.rows import kv_bytes_per_token
-from ..proposers.base import fork
+from ..proposers.base import fork, reserve
 from ..sampling import SamplingConfig
 from .batch import Batch
 from .errors import APIError, server_error, unavailable
@@ -61,6 +61,8 @@ class Server:
         self.profile = target.profile()             # read once: auto k for every request and the batch
         self.kv = KVBudget(self.limits.kv_cache_mb, kv_bytes_per_token(target.model))
         prefix = PrefixCache(self.limits.prefix_cache_mb) if self.limits.prefix_cache_mb > 0 else None
+        # a request's hidden states, logged for the prefix cache: a token's, counted as float32 (at most that)
+        self._feature_bytes = target.model.cfg.hidden_size * 4
         self.scheduler = Scheduler(Batch(target.model, self.profile), self.metrics, max_batch, self.kv,
                                    self.limits.max_waiting, prefill_chunk, prefix)
         allowed = allowed_methods or list(dict.fromkeys([method, "plain", "ngram"]))
@@ -122,7 +124,9 @@ class Server:
         except VerispecError as e:
             code = "context_length_exceeded" if "context" in str(e) else "invalid_value"
             raise APIError(400, str(e), code) from None
-        job.kv_need = self.kv.need(job.sequence.capacity, proposer.kv_bytes_per_token() if proposer else 0)
+        prefix = self.scheduler.prefix                    # Sequence.features: logged for a prompt it would keep
+        logged = self._feature_bytes if prefix is not None and len(prompt_ids) > prefix.min_tokens else 0
+        job.kv_need = self.kv.need(job.sequence.capacity, (proposer.kv_bytes_per_token() if proposer else 0) + logged)
         self.kv.check(job.kv_need)
         return job
 

@@ -76,13 +76,13 @@ class PrefixCache:
         if holding is not None:
             self._touch(holding)
             return
+        k, v = cache.prefix(len(ids))               # copied before any entry goes (no memory: nothing changes)
+        entry = Entry(ids, k, v, features)
+        if entry.nbytes > self.budget:                                   # too large: the entries stay as they were
+            return
         for e, n in common:
             if n == len(e.tokens):                                       # a prompt this one extends
                 self._drop(e)
-        k, v = cache.prefix(len(ids))
-        entry = Entry(ids, k, v, features)
-        if entry.nbytes > self.budget:
-            return
         while self.nbytes + entry.nbytes > self.budget:
             self._drop(self.entries[0])
         self.entries.append(entry)

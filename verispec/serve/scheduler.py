@@ -244,16 +244,17 @@ class Scheduler:
     def _keep_prefix(self, job: Job) -> None:
         """Keep a prompt just prefilled for the prompts that will share its prefix (serve.prefix)."""
         if self.prefix is not None:
-            self._keep(job.sequence.prompt, job.sequence, job.prefill.prompt_features())
+            self._keep(job.sequence.prompt, job.sequence, job.prefill.prompt_features)
 
-    def _keep(self, tokens: list[int], seq: Sequence, features: torch.Tensor | None) -> None:
-        """Keep `tokens`, cached in `seq`'s first slots with their hidden states `features` [len(tokens), D]."""
-        if features is None:
-            return
+    def _keep(self, tokens: list[int], seq: Sequence, features: Callable[[], torch.Tensor | None]) -> None:
+        """Keep `tokens`, cached in `seq`'s first slots, with their hidden states [len(tokens), D] (`features()`:
+        gathered here, where running out of memory costs the entry, never the request or the loop)."""
         try:
-            self.prefix.keep(tokens, seq.cache, features)
+            kept = features()
+            if kept is not None:
+                self.prefix.keep(tokens, seq.cache, kept)
         except RuntimeError:                        # no memory for a copy now: the request goes on without one
-            return
+            pass
         self.metrics.prefix_bytes.set(self.prefix.nbytes)
 
     def _prefill(self) -> None:
@@ -291,6 +292,7 @@ class Scheduler:
 
     def _fail(self, job: Job, message: str) -> None:
         self._release(job)
+        job.sequence.features = None
         self.metrics.requests.labels(job.method, "error").inc()
         job._send(("error", message))
 
@@ -299,7 +301,7 @@ class Scheduler:
         seq = job.sequence
         if self.prefix is not None and seq.features is not None and seq.cache is not None:
             # a chat's next turn holds this one's answer: keep the prompt and the answer as one entry
-            self._keep(seq.cached_tokens, seq, torch.cat(seq.features))
+            self._keep(seq.cached_tokens, seq, lambda: torch.cat(seq.features))
         seq.features = None
         g = seq.result()
         outcome = job.cancelled or g.finish_reason
