@@ -198,7 +198,7 @@ def test_prefix_reuse_with_a_proposer_reading_features_equals_a_fresh_start(targ
     assert engine.features.shape[0] == len(kept) and kept[:len(first) + len(answer) - 1] == first + answer[:-1]
     follow = first + answer + tok.encode("\nAnd once more, shorter:")
     heard, real = [], Sequence.heard
-    monkeypatch.setattr(Sequence, "heard", lambda self, h: heard.append(h.shape[0]) or real(self, h))
+    monkeypatch.setattr(Sequence, "heard", lambda self, h, **kw: heard.append(h.shape[0]) or real(self, h, **kw))
     reused = engine.generate(follow, cfg, reuse_prefix=True)
     shared = next(i for i, (a, b) in enumerate(zip(kept + [-1], follow)) if a != b)
     assert heard[0] == shared >= len(first) + len(answer) - 1        # the kept prefix, heard before the rest

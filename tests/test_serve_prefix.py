@@ -204,7 +204,7 @@ def test_the_python_apis_chat_starts_a_turn_from_the_last_and_equals_a_fresh_sta
     first = spec.chat(turn1, max_new_tokens=12)
     turn2 = turn1 + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "Shorter?"}]
     heard, real = [], Sequence.heard
-    monkeypatch.setattr(Sequence, "heard", lambda self, h: heard.append(h.shape[0]) or real(self, h))
+    monkeypatch.setattr(Sequence, "heard", lambda self, h, **kw: heard.append(h.shape[0]) or real(self, h, **kw))
     second = spec.chat(turn2, max_new_tokens=12)
     assert heard[0] > len(target_bf16.tokenizer.chat_ids(turn1))         # the first turn's answer too
     monkeypatch.undo()

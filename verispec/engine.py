@@ -302,16 +302,16 @@ class Sequence:
         accepted = [proposal.tokens[i - 1] for i in path]
         self.cached_tokens.extend([step.newest] + accepted)
         if self._observe is not None or self.features is not None:
-            self.heard(hidden[0].index_select(0, upload(kept, hidden.device)))     # [1+len(path), D]
+            self.heard(hidden[0].index_select(0, upload(kept, hidden.device)), own=True)   # [1+len(path), D]
         return accepted, next_token
 
-    def heard(self, hidden: torch.Tensor) -> None:
+    def heard(self, hidden: torch.Tensor, own: bool = False) -> None:
         """The target's hidden states [m, D] of the next m cached positions: shown to a proposer that reads them,
-        and kept in `features` if it is a list (a copy: a pass may reuse its output's memory)."""
+        and kept in `features` if it is a list (a copy unless `own`: a pass may reuse its output's memory)."""
         if self._observe is not None:
             self._observe(hidden)
         if self.features is not None:
-            self.features.append(hidden.clone())
+            self.features.append(hidden if own else hidden.clone())
 
     def cancel(self) -> None:
         """Stop early (a client went away, or a stop string matched)."""
