@@ -151,12 +151,11 @@ class Sequence:
 
     @torch.inference_mode()
     def prefill(self, cache=None, cached_tokens: list[int] = (), hidden: torch.Tensor | None = None,
-                known: torch.Tensor | None = None) -> torch.Tensor:
+                known: torch.Tensor | None = None) -> None:
         """Fill a cache with the prompt (reusing `cache` and the prefix it shares with `cached_tokens`, if given)
         and draw the first token. hidden: the whole prompt's hidden states [1, n, D], its keys and values already
         in `cache` (runs of one prompt sharing one prefill, as `audit`'s do): only the output head runs. known:
-        the hidden states [len(cached_tokens), D] of `cached_tokens`, heard for the reused prefix.
-        Returns the hidden states [1, m, D] of the m prompt positions after the reused prefix."""
+        the hidden states [len(cached_tokens), D] of `cached_tokens`, heard for the reused prefix."""
         if self.proposer is not None:
             self.proposer.prepare(self.capacity)
         keep, known_tokens = 0, cached_tokens if cache is not None else ()
@@ -187,7 +186,6 @@ class Sequence:
         self.out.append(int(first))
         self.stats.time_prefill_s = time.perf_counter() - self._t_start
         self._emit(0)
-        return hidden
 
     def draft_length(self) -> int:
         """How many tokens to draft this cycle (0: decode plainly); consults automatic k, once per cycle."""

@@ -85,14 +85,8 @@ def check_new_file(dest) -> None:
 def atomic_path(dest: Path):
     """Yield the path of a temporary file beside `dest` for a writer that opens files itself; on success it is
     renamed over `dest`, on error removed."""
-    dest = Path(dest)
-    if not dest.name:
-        raise VerispecError(f"name a file to write, not {str(dest)!r}")
-    if dest.is_symlink():                      # write through a link, to the file it names
-        dest = Path(os.path.realpath(dest))
-    refuse_folder(dest)
-    if dest.exists() and not dest.is_file():
-        raise VerispecError(f"{dest} is not a regular file: name a file to write")
+    check_new_file(dest)                       # again as it is written: the path may have changed since
+    dest = Path(os.path.realpath(dest))        # through a link, to the file it names
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
     os.close(fd)

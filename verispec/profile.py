@@ -236,10 +236,11 @@ def cmd_profile(args) -> int:
     from .engine import Engine, GenerationConfig
     from .errors import VerispecError
     from .files import atomic_file
+    from .flags import method_names
     from .prompts import load_prompts
     from .sampling import SamplingConfig
-    methods = [m for m in dict.fromkeys(args.methods.split(",")) if m and m != "plain"]
-    if not methods or not isinstance(args.k, int):
+    methods = method_names(args.methods, speculative=True)
+    if not isinstance(args.k, int):
         raise VerispecError("profile needs at least one speculative method and a fixed --k")
     prompts = select(load_prompts(args.prompts), args.limit)
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)

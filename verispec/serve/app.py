@@ -125,7 +125,7 @@ class Server:
             code = "context_length_exceeded" if "context" in str(e) else "invalid_value"
             raise APIError(400, str(e), code) from None
         prefix = self.scheduler.prefix                    # Sequence.features: logged for a prompt it would keep
-        logged = self._feature_bytes if prefix is not None and len(prompt_ids) > prefix.min_tokens else 0
+        logged = self._feature_bytes if prefix is not None and prefix.keeps(prompt_ids) else 0
         job.kv_need = self.kv.need(job.sequence.capacity, (proposer.kv_bytes_per_token() if proposer else 0) + logged)
         self.kv.check(job.kv_need)
         return job

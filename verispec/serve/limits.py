@@ -67,7 +67,7 @@ class Limits:
                           prompt_param: str = "messages", reserved: int = 0) -> int:
         """The completion length of a request: `asked` (checked against the cap and the context), else `default`
         cut to what the context leaves; `reserved`: the context's last tokens, kept for the passes that check
-        drafts (see `engine.reserve`)."""
+        drafts (see `proposers.base.reserve`)."""
         room = context - reserved - prompt_tokens
         if asked is not None:
             if asked < 1:

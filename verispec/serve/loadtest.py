@@ -47,7 +47,7 @@ def spawn_server(args, method: str):
 
     import httpx
     port = free_port()
-    methods = [m for m in args.methods.split(",") if m]          # requests ask for each: allowed, loaded at start
+    methods = method_names(args.methods)                         # requests ask for each: allowed, loaded at start
     cmd = [sys.executable, "-m", "verispec", "serve", "--port", str(port), "--method", method, "--max-batch",
            str(args.max_batch), "--dtype", args.dtype, "--device", args.device, "--log-level", "warning",
            "--allowed-methods", ",".join(dict.fromkeys([method, *methods]))]

@@ -1,12 +1,12 @@
-"""The server's prefix cache: the keys and values of recent prompts, kept after their prefill, so that a later
-prompt that begins with the same tokens (a chat's next turn, one document asked many questions, one long system
-prompt) prefills only what follows them.
+"""The server's prefix cache: the keys and values of recent prompts, kept after their prefill, and then of the
+prompt and its answer once the request finishes, so that a later prompt that begins with the same tokens (a chat's
+next turn, one document asked many questions, one long system prompt) prefills only what follows them.
 
-An entry holds a prompt's target keys and values and the target's final hidden states at its positions; a proposer
-that reads them (EAGLE, Medusa) is shown those as if the positions had just been prefilled. A joining prompt
-starts from the entry that shares its longest prefix, if that is at least `min_tokens` long, and never from its
-last token, whose pass draws the first token (serve.prefill, `Prefill.reuse`). Entries live within `megabytes`,
-the least recently used going first.
+An entry holds those tokens' target keys and values and the target's final hidden states at their positions; a
+proposer that reads them (EAGLE, Medusa) is shown those as if the positions had just been prefilled. An answer's
+come from the passes that decoded it. A joining prompt starts from the entry that shares its longest prefix, if
+that is at least `min_tokens` long, and never from its last token, whose pass draws the first token
+(serve.prefill, `Prefill.reuse`). Entries live within `megabytes`, the least recently used going first.
 
 Exactness: on the row-invariant kernels (`verispec doctor`) a position's keys, values and hidden state depend on
 its token and the tokens before it alone, so a kept prefix holds the very bits the joining prompt's own prefill
@@ -24,7 +24,7 @@ MIN_TOKENS = 16
 
 @dataclass(eq=False)           # entries compare by identity (list.remove)
 class Entry:
-    tokens: torch.Tensor       # [n] int64: the prompt
+    tokens: torch.Tensor       # [n] int64: a prompt, or a prompt and its answer
     k: torch.Tensor            # [layers, kv_heads, n, head_dim]
     v: torch.Tensor            # [layers, kv_heads, n, head_dim]
     features: torch.Tensor     # [n, D] the target's final hidden states
@@ -51,6 +51,10 @@ class PrefixCache:
         self.entries: list[Entry] = []             # least recently used first
         self.nbytes = 0
 
+    def keeps(self, prompt: list[int]) -> bool:
+        """Whether a request with this prompt is kept (its prompt, then its answer): longer than `min_tokens`."""
+        return len(prompt) > self.min_tokens
+
     def match(self, prompt: list[int]) -> tuple[Entry, int] | None:
         """The entry sharing the longest prefix with `prompt` and that prefix's length, at most len(prompt) - 1;
         None if no entry shares `min_tokens` tokens. The entry becomes the most recently used."""
@@ -64,8 +68,9 @@ class PrefixCache:
         return best, n
 
     def keep(self, prompt: list[int], cache, features: torch.Tensor) -> None:
-        """Keep a prompt just prefilled: `cache` (a KVCache) holds its keys and values in its first len(prompt)
-        slots, `features` [len(prompt), D] its hidden states. Entries it extends go (it serves every prompt they
+        """Keep a prompt just prefilled, or a finished request's prompt and answer (`prompt`, all the tokens kept):
+        `cache` (a KVCache) holds their keys and values in its first len(prompt) slots, `features` [len(prompt), D]
+        their hidden states. Entries it extends go (it serves every prompt they
         serve); so does an entry it only repeats a prefix of, if this one is longer; if one extends it, that one
         stays and is touched."""
         ids = torch.tensor(prompt)

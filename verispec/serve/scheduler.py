@@ -228,7 +228,7 @@ class Scheduler:
 
     def _start_prefill(self, seq: Sequence) -> Prefill:
         """A joining prompt's prefill, from the longest prefix it shares with a kept prompt (serve.prefix)."""
-        keep = self.prefix is not None and len(seq.prompt) > self.prefix.min_tokens     # (shorter: never kept)
+        keep = self.prefix is not None and self.prefix.keeps(seq.prompt)
         prefill = Prefill(seq, keep_features=keep)
         hit = None if self.prefix is None else self.prefix.match(seq.prompt)
         if hit is not None:
