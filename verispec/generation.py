@@ -30,7 +30,12 @@ class GenerationConfig:
 
     @property
     def longest_draft(self) -> int:
-        return self.k_max if self.k == "auto" else self.k
+        return longest_draft(self.k, self.k_max)
+
+
+def longest_draft(k: int | str, k_max: int) -> int:
+    """The most draft tokens a cycle may verify: k, or k_max where k is "auto"."""
+    return k_max if k == "auto" else k
 
 
 @dataclass

@@ -23,8 +23,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..api import METHODS, Target, engine_profile, make_proposer
-from ..engine import GenerationConfig, Sequence
+from ..engine import Sequence
 from ..errors import VerispecError
+from ..generation import GenerationConfig, longest_draft
 from ..model.rows import kv_bytes_per_token
 from ..proposers.base import fork, reserve
 from ..sampling import SamplingConfig
@@ -106,7 +107,7 @@ class Server:
         self.limits.check_k(k)
         self.limits.check_stops(req.stops())
         proposer, k_max = self.proposer(method), min(K_MAX_AUTO, self.limits.max_k)
-        spare = reserve(proposer, k_max if k == "auto" else k)           # rows past the output a pass may need
+        spare = reserve(proposer, longest_draft(k, k_max))               # rows past the output a pass may need
         max_tokens = self.limits.completion_tokens(req.max_completion_tokens or req.max_tokens, default_max,
                                                    len(prompt_ids), self.context,
                                                    "messages" if isinstance(req, ChatRequest) else "prompt",
@@ -115,8 +116,8 @@ class Server:
         tok = self.target.tokenizer
         try:
             cfg = GenerationConfig(max_new_tokens=max_tokens, k=k, seed=seed, k_max=k_max,
-                                   acceptance=self.acceptance if getattr(self._proposers.get(method), "makes_trees",
-                                                                         False) else "exact",
+                                   acceptance=self.acceptance if proposer is not None and proposer.makes_trees
+                                   else "exact",
                                    sampling=SamplingConfig(req.temperature, 0, req.top_p),
                                    stop_token_ids=tok.stop_token_ids)
             job = Job(method, asyncio.get_running_loop(), pinned=req.seed is not None and req.temperature > 0)
