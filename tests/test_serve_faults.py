@@ -85,6 +85,74 @@ def test_a_dead_decoding_loop_fails_health_and_new_requests(tiny, monkeypatch):
         assert r.status_code == 503 and r.json()["error"]["type"] == "server_error"
 
 
+def test_jobs_still_in_the_inbox_hear_that_the_loop_died(tiny, monkeypatch):
+    """A job submitted but not yet taken from the inbox when the loop dies gets the error too (it waited forever),
+    and no job can slip into the inbox once the loop is dead."""
+    import asyncio
+
+    from verispec.serve.scheduler import Job, Refused
+    scheduler = Server(tiny, "plain").scheduler                          # not started: we run its loop here
+    loop = asyncio.new_event_loop()
+    job = Job("plain", loop)
+    scheduler.submit(job)
+    monkeypatch.setattr(scheduler, "_take_new", lambda block: 1 / 0)    # dies before taking it
+    scheduler.run()
+    loop.run_until_complete(asyncio.sleep(0))                            # the events sent from the loop's side
+    event = job.events.get_nowait()
+    assert event[0] == "error" and "ZeroDivisionError" in event[1] and scheduler.pending == 0
+    with pytest.raises(Refused):
+        scheduler.submit(Job("plain", loop))
+    loop.close()
+
+
+def test_a_failed_step_hands_back_the_sequences_cancelled_before_it(tiny, monkeypatch):
+    """A step that fails outside any one sequence's work fails the whole batch: the sequences cancelled just before
+    it (a client gone, a stop string) must come back from `abandon` too, or their jobs and KV budget leak."""
+    from verispec.autok import CostProfile
+    from verispec.engine import GenerationConfig, Sequence
+    from verispec.serve.batch import Batch
+    batch = Batch(tiny.model)
+    seqs = [Sequence(tiny.model, None, tiny.tokenizer.encode(p), GenerationConfig(max_new_tokens=20), CostProfile())
+            for p in PROMPTS[:2]]
+    for seq in seqs:
+        batch.add(seq)
+    batch.step()
+    seqs[0].cancel()
+    monkeypatch.setattr(batch, "_fit_k", lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        batch.step()
+    assert sorted(map(id, batch.abandon())) == sorted(map(id, seqs))
+
+
+def test_a_long_prompt_keeps_prefilling_while_short_ones_keep_coming(tiny):
+    """Chunked prefill serves the shortest prompt first, so a steady stream of short prompts took every chunk and
+    an admitted long prompt never advanced; one passed over more than 4 loops in a row now goes first."""
+    import asyncio
+
+    from verispec.autok import CostProfile
+    from verispec.engine import GenerationConfig, Sequence
+    from verispec.serve.scheduler import Job
+    scheduler = Server(tiny, "plain", prefill_chunk=8).scheduler
+    loop = asyncio.new_event_loop()
+
+    def job(text):
+        j = Job("plain", loop)
+        j.sequence = Sequence(tiny.model, None, tiny.tokenizer.encode(text), GenerationConfig(max_new_tokens=2),
+                              CostProfile())
+        j.prefill = Prefill(j.sequence)
+        return j
+    long = job(" ".join(PROMPTS * 8))
+    scheduler.prefilling.append(long)
+    before = long.prefill.remaining
+    short = len(tiny.tokenizer.encode("Hi there"))
+    for _ in range(20):
+        for _ in range(8 // short + 1):                   # more short prompt tokens than a chunk, every loop
+            scheduler.prefilling.append(job("Hi there"))
+        scheduler._prefill()
+    assert before - long.prefill.remaining >= 2 * 8, (before, long.prefill.remaining)   # (more than the chunks
+    loop.close()                                       # can take comes each loop: it shares them with the backlog)
+
+
 def slow(server, seconds: float):
     """Every decoding step takes at least `seconds` (so a test can act while requests run)."""
     server.scheduler.batch.fault = lambda seq: time.sleep(seconds / max(1, len(server.scheduler.batch.running)))

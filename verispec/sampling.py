@@ -40,8 +40,10 @@ def probs(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
     logits = logits.float()
     if cfg.greedy:
         return torch.zeros_like(logits).scatter_(-1, top_tokens(logits)[..., None], 1.0)
-    if cfg.temperature < 1e-3:          # so small that logits / T could overflow float32: scaled from the max
-        logits = (logits - logits.amax(-1, keepdim=True)) / cfg.temperature
+    if cfg.temperature < 1e-3:          # so small that logits / T could overflow float32: scaled from the max,
+        # and by no less than float32's smallest normal: below it T itself rounds to 0 (0 / 0 at the max) or, on
+        # CUDA, 1 / T to inf; float32 logits differ by far more than that, so p is the same one-hot either way
+        logits = (logits - logits.amax(-1, keepdim=True)) / max(cfg.temperature, 1.2e-38)
     else:
         logits = logits / cfg.temperature
     if cfg.top_k and cfg.top_k < logits.shape[-1]:

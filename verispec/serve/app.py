@@ -108,7 +108,8 @@ class Server:
         self.limits.check_stops(req.stops())
         proposer, k_max = self.proposer(method), min(K_MAX_AUTO, self.limits.max_k)
         spare = reserve(proposer, longest_draft(k, k_max))               # rows past the output a pass may need
-        max_tokens = self.limits.completion_tokens(req.max_completion_tokens or req.max_tokens, default_max,
+        asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens   # (0 too)
+        max_tokens = self.limits.completion_tokens(asked, default_max,
                                                    len(prompt_ids), self.context,
                                                    "messages" if isinstance(req, ChatRequest) else "prompt",
                                                    max(0, self.context - self.target.model.cfg.max_position + spare))

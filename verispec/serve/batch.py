@@ -102,6 +102,14 @@ class Batch:
         finished = self._drop_finished()
         if not self.running:
             return finished
+        try:
+            return finished + self._cycle()
+        except Exception:
+            self.running = finished + self.running   # (cancelled ones) for `abandon`, which hands them back too
+            raise
+
+    def _cycle(self) -> list[Sequence]:
+        """`step`'s work once cancelled sequences have left: returns the sequences that finished in it."""
         t_step = time.perf_counter()
         size = len(self.running)
         self._fit_k()
@@ -132,7 +140,7 @@ class Batch:
             self.gate.record(size, any(st.proposal.size for st in steps), emitted, time.perf_counter() - t_step)
         for seq in self.running:
             seq.stats.time_verify_s += elapsed
-        return finished + self._drop_finished()
+        return self._drop_finished()
 
     def _verify_rows(self, steps: list) -> list[tuple]:
         """(sequence, its pass, hidden [1, 1+n, D], logits [1, 1+n, V]) for every running sequence: one packed

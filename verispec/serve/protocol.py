@@ -14,16 +14,22 @@ UNSUPPORTED = {"echo": (False,), "best_of": (1,), "suffix": ("",), "logit_bias":
 
 
 def lone_surrogate(value) -> bool:
-    """Whether a decoded JSON value holds a string that is not valid Unicode (a lone surrogate, from "\\ud800")."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return True
-        return False
-    if isinstance(value, dict):
-        return any(lone_surrogate(k) or lone_surrogate(v) for k, v in value.items())
-    return isinstance(value, list) and any(lone_surrogate(v) for v in value)
+    """Whether a decoded JSON value holds a string that is not valid Unicode (a lone surrogate, from "\\ud800").
+    Walked without recursion: JSON nested a few hundred deep, which the parser takes, must not exhaust the stack."""
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return False
 
 
 class Strict(BaseModel):

@@ -40,6 +40,9 @@ from .prefill import Prefill
 from .prefix import PrefixCache
 
 
+PASSED_OVER = 4       # chunked prefill: loops a prompt may wait behind shorter ones before it goes first
+
+
 @dataclass
 class Job:
     method: str
@@ -55,6 +58,7 @@ class Job:
     prefill: Prefill | None = None         # its prompt's prefill, from admission
     kv_need: int = 0                       # KV budget it needs (`KVBudget.need`; 0: its capacity)
     kv_slots: int = 0                      # KV budget it holds (token slots), from admission until it leaves
+    passed_over: int = 0                   # loops in a row its prefill got no prompt tokens (chunked prefill)
     stats: object = None                   # the sequence's GenerationStats, once done
 
     def on_tokens(self, ids: list[int]) -> None:      # called on the decoding thread
@@ -138,14 +142,14 @@ class Scheduler:
             self.thread.join(timeout=30)
 
     def submit(self, job: Job) -> None:
-        if not self.alive:
-            raise Refused(f"the decoding loop is not running ({self.dead or 'stopped'})", full=False)
-        with self._pending_lock:
+        with self._pending_lock:                     # (the loop dies under it too: no job slips in after)
+            if not self.alive:
+                raise Refused(f"the decoding loop is not running ({self.dead or 'stopped'})", full=False)
             if self.pending >= self.max_waiting:
                 raise Refused("the waiting queue is full", full=True)
             self.pending += 1
+            self.inbox.put(job)
         self.metrics.waiting.inc()
-        self.inbox.put(job)
 
     def _run(self) -> None:
         self.decoder = threading.current_thread()
@@ -153,11 +157,19 @@ class Scheduler:
             while not self._stopping.is_set():
                 self._loop()
         except BaseException as e:                   # a bug of the loop itself: fail every job, refuse new ones
-            self.dead = f"{type(e).__name__}: {e}"
-            for job in [*self.jobs.values(), *self.prefilling, *self.waiting]:
+            with self._pending_lock:
+                self.dead = f"{type(e).__name__}: {e}"
+            queued = []                              # submitted, not yet taken from the inbox
+            while not self.inbox.empty():
+                item = self.inbox.get_nowait()
+                if isinstance(item, Call):
+                    item.result.set_exception(RuntimeError(f"the decoding loop died: {self.dead}"))
+                elif item is not None:
+                    queued.append(item)
+            for job in [*self.jobs.values(), *self.prefilling, *self.waiting, *queued]:
                 job._send(("error", f"the decoding loop died: {self.dead}"))
             self.jobs, self.prefilling, self.batch.running = {}, [], []
-            self._drop_waiting(list(self.waiting))
+            self._drop_waiting([*self.waiting, *queued])
             if not isinstance(e, Exception):
                 raise
         finally:
@@ -177,8 +189,10 @@ class Scheduler:
         try:
             finished = self.batch.step()
         except Exception as e:                       # outside any one sequence's work: fail this batch's jobs
-            for seq in self.batch.abandon():
+            for seq in self.batch.abandon():         # (sequences cancelled before the failure among them)
                 self._fail(self.jobs.pop(id(seq)), f"decoding failed: {type(e).__name__}: {e}")
+            for seq, error in self.batch.take_failed():
+                self._fail(self.jobs.pop(id(seq)), f"decoding failed: {type(error).__name__}: {error}")
             return
         for seq, error in self.batch.take_failed():
             self._fail(self.jobs.pop(id(seq)), f"decoding failed: {type(error).__name__}: {error}")
@@ -261,8 +275,11 @@ class Scheduler:
         """Prefill joining jobs: whole prompts when prefill_chunk is 0, else at most prefill_chunk prompt tokens
         this loop, the least remaining first (a job whose prompt is done joins the batch)."""
         budget = self.prefill_chunk
-        if budget:                                   # shortest first: a long prompt never holds up short ones
-            self.prefilling.sort(key=lambda job: job.prefill.remaining)
+        if budget:      # shortest first: a long prompt never holds up short ones; but one passed over more than
+            for job in self.prefilling:              # PASSED_OVER loops in a row goes first (the longest passed over
+                job.passed_over += 1                 # first), so short ones cannot starve it
+            self.prefilling.sort(key=lambda job: (-job.passed_over if job.passed_over > PASSED_OVER else 0,
+                                                  job.prefill.remaining))
         while self.prefilling and (budget > 0 or not self.prefill_chunk):
             job = self.prefilling[0]
             if job.cancelled:
@@ -271,6 +288,7 @@ class Scheduler:
                 continue
             try:
                 budget -= job.prefill.advance(budget)
+                job.passed_over = 0
                 if job.prefill.remaining:
                     return
                 self._keep_prefix(job)
