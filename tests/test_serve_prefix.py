@@ -69,6 +69,26 @@ def test_kept_prompts_stay_within_the_budget_the_least_recently_used_going_first
     assert [len(e.tokens) for e in cache.entries] == [40, 50]    # extends stays, and so does every other
 
 
+def test_a_lookup_compares_only_the_entries_that_begin_as_the_prompt_does(monkeypatch):
+    """A client can fill the cache with thousands of short prompts; a lookup (and a keep) on the decoding thread
+    then compared every one. Only an entry whose first min_tokens tokens are the prompt's can share min_tokens
+    with it, so only those are compared, and the answer is the same."""
+    from verispec.serve import prefix as prefix_mod
+    cache = PrefixCache(64, min_tokens=4)
+    for i in range(300):
+        kept(cache, [1000 + i, 1, 2, 3, 4, 5])                     # 300 entries, each beginning its own way
+    ours = [7, 7, 7, 7, 8, 9, 10]
+    kept(cache, ours)
+    compared = []
+    real = prefix_mod.shared
+    monkeypatch.setattr(prefix_mod, "shared", lambda a, b: compared.append(1) or real(a, b))
+    entry, n = cache.match(ours[:6] + [0, 0])
+    assert entry.tokens.tolist() == ours and n == 6 and len(compared) == 1
+    kept(cache, ours + [11])                                       # extends ours: ours goes, nothing else
+    assert len(compared) == 2 and len(cache.entries) == 301 and cache.match(ours + [11, 12])[1] == len(ours) + 1
+    assert cache.match([1000, 1, 2, 3, 4, 9])[1] == 5 and cache.match([5, 1, 2, 3, 4, 9]) is None
+
+
 def test_an_engine_run_that_fails_leaves_nothing_to_reuse(tiny_dir):
     """A run that raises (here its token callback) must not leave the last run's tokens paired with this run's
     cache: the next reuse_prefix run starts afresh and decodes what a fresh engine does."""

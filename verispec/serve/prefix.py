@@ -22,7 +22,7 @@ import torch
 MIN_TOKENS = 16
 
 
-@dataclass(eq=False)           # entries compare by identity (list.remove)
+@dataclass(eq=False)           # entries compare and hash by identity
 class Entry:
     tokens: torch.Tensor       # [n] int64: a prompt, or a prompt and its answer
     k: torch.Tensor            # [layers, kv_heads, n, head_dim]
@@ -48,8 +48,14 @@ def shared(a: torch.Tensor, b: torch.Tensor) -> int:
 class PrefixCache:
     def __init__(self, megabytes: float, min_tokens: int = MIN_TOKENS):
         self.budget, self.min_tokens = int(megabytes * 2 ** 20), min_tokens
-        self.entries: list[Entry] = []             # least recently used first
+        self.entries: dict[Entry, None] = {}       # least recently used first (ordered; moved and dropped in O(1))
+        # entries by their first min_tokens tokens: only an entry with a prompt's own could share min_tokens with it,
+        # so a lookup compares a few entries, not every one (thousands of short prompts fit the default budget)
+        self.heads: dict[tuple[int, ...], list[Entry]] = {}
         self.nbytes = 0
+
+    def _head(self, tokens) -> tuple[int, ...]:
+        return tuple(int(t) for t in tokens[:self.min_tokens])
 
     def keeps(self, prompt: list[int]) -> bool:
         """Whether a request with this prompt is kept (its prompt, then its answer): longer than `min_tokens`."""
@@ -58,10 +64,11 @@ class PrefixCache:
     def match(self, prompt: list[int]) -> tuple[Entry, int] | None:
         """The entry sharing the longest prefix with `prompt` and that prefix's length, at most len(prompt) - 1;
         None if no entry shares `min_tokens` tokens. The entry becomes the most recently used."""
-        if len(prompt) <= self.min_tokens or not self.entries:
+        candidates = self.heads.get(self._head(prompt)) if len(prompt) > self.min_tokens else None
+        if not candidates:
             return None
         ids = torch.tensor(prompt[:-1])
-        best, n = max(((e, shared(e.tokens, ids)) for e in self.entries), key=lambda en: en[1])
+        best, n = max(((e, shared(e.tokens, ids)) for e in candidates), key=lambda en: en[1])
         if n < self.min_tokens:
             return None
         self._touch(best)
@@ -76,7 +83,7 @@ class PrefixCache:
         ids = torch.tensor(prompt)
         if len(ids) <= self.min_tokens or features.shape[0] != len(ids):
             return
-        common = [(e, shared(e.tokens, ids)) for e in self.entries]
+        common = [(e, shared(e.tokens, ids)) for e in self.heads.get(self._head(prompt), [])]
         holding = next((e for e, n in common if n == len(ids)), None)    # it holds this whole prompt
         if holding is not None:
             self._touch(holding)
@@ -89,15 +96,20 @@ class PrefixCache:
             if n == len(e.tokens):                                       # a prompt this one extends
                 self._drop(e)
         while self.nbytes + entry.nbytes > self.budget:
-            self._drop(self.entries[0])
-        self.entries.append(entry)
+            self._drop(next(iter(self.entries)))
+        self.entries[entry] = None
+        self.heads.setdefault(self._head(prompt), []).append(entry)
         self.nbytes += entry.nbytes
 
     def _touch(self, entry: Entry) -> None:
         """`entry` becomes the most recently used."""
-        self.entries.remove(entry)
-        self.entries.append(entry)
+        del self.entries[entry]
+        self.entries[entry] = None
 
     def _drop(self, entry: Entry) -> None:
-        self.entries.remove(entry)
+        del self.entries[entry]
+        head = self._head(entry.tokens.tolist())
+        self.heads[head].remove(entry)
+        if not self.heads[head]:
+            del self.heads[head]
         self.nbytes -= entry.nbytes
