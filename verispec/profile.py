@@ -141,8 +141,10 @@ def steady(curve: dict[int, float], trees: dict[int, float], slack: float = 0.9)
     fewer, beyond `slack`. A busy VM made one measurement of the Qwen 1.5B give 3 rows 1.70 passes and 4 rows 1.44
     (a 4-node tree 2.86, an 8-node one 2.50); kept, it sized EAGLE's tree for rows 23% dearer than they are, the
     measurement again on a quiet machine giving 1.38 and 1.64 (session 56)."""
-    return all(later >= slack * earlier for points in (curve, trees)
-               for earlier, later in zip([points[n] for n in sorted(points)], [points[n] for n in sorted(points)][1:]))
+    def rising(points: dict[int, float]) -> bool:
+        values = [points[n] for n in sorted(points)]
+        return all(later >= slack * earlier for earlier, later in zip(values, values[1:]))
+    return rising(curve) and rising(trees)
 
 
 def machine_costs(model, base: CostProfile, name: str, dtype: str) -> CostProfile:

@@ -54,8 +54,8 @@ class PrefixCache:
         self.heads: dict[tuple[int, ...], list[Entry]] = {}
         self.nbytes = 0
 
-    def _head(self, tokens) -> tuple[int, ...]:
-        return tuple(int(t) for t in tokens[:self.min_tokens])
+    def _head(self, tokens: list[int]) -> tuple[int, ...]:
+        return tuple(tokens[:self.min_tokens])
 
     def keeps(self, prompt: list[int]) -> bool:
         """Whether a request with this prompt is kept (its prompt, then its answer): longer than `min_tokens`."""
@@ -83,7 +83,8 @@ class PrefixCache:
         ids = torch.tensor(prompt)
         if len(ids) <= self.min_tokens or features.shape[0] != len(ids):
             return
-        common = [(e, shared(e.tokens, ids)) for e in self.heads.get(self._head(prompt), [])]
+        head = self._head(prompt)
+        common = [(e, shared(e.tokens, ids)) for e in self.heads.get(head, [])]
         holding = next((e for e, n in common if n == len(ids)), None)    # it holds this whole prompt
         if holding is not None:
             self._touch(holding)
@@ -98,7 +99,7 @@ class PrefixCache:
         while self.nbytes + entry.nbytes > self.budget:
             self._drop(next(iter(self.entries)))
         self.entries[entry] = None
-        self.heads.setdefault(self._head(prompt), []).append(entry)
+        self.heads.setdefault(head, []).append(entry)
         self.nbytes += entry.nbytes
 
     def _touch(self, entry: Entry) -> None:

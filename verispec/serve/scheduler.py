@@ -189,12 +189,10 @@ class Scheduler:
         try:
             finished = self.batch.step()
         except Exception as e:                       # outside any one sequence's work: fail this batch's jobs
+            finished = []
             for seq in self.batch.abandon():         # (sequences cancelled before the failure among them)
                 self._fail(self.jobs.pop(id(seq)), f"decoding failed: {type(e).__name__}: {e}")
-            for seq, error in self.batch.take_failed():
-                self._fail(self.jobs.pop(id(seq)), f"decoding failed: {type(error).__name__}: {error}")
-            return
-        for seq, error in self.batch.take_failed():
+        for seq, error in self.batch.take_failed():  # failed on their own this step (whether or not it then failed)
             self._fail(self.jobs.pop(id(seq)), f"decoding failed: {type(error).__name__}: {error}")
         for seq in finished:
             self._finish(self.jobs.pop(id(seq)))
