@@ -206,3 +206,24 @@ def test_prefix_reuse_with_a_proposer_reading_features_equals_a_fresh_start(targ
     assert reused.token_ids == fresh.token_ids
     assert (reused.stats.drafted_tokens, reused.stats.accepted_tokens) == (fresh.stats.drafted_tokens,
                                                                          fresh.stats.accepted_tokens)
+
+
+
+def test_streamed_text_adds_up_to_the_result_wherever_the_output_is_cut(tiny_dir, monkeypatch):
+    """`on_text` pieces join to the result's text, also when the last token leaves a character incomplete."""
+    from types import SimpleNamespace
+
+    import verispec.api as api
+    spec = api.Speculator(method="ngram", target=api.Target.load(str(tiny_dir), "fp32", "cpu"))
+    ids = spec.target.tokenizer.encode("ok 日本🎉")
+    for cut in range(1, len(ids) + 1):
+        def generate(prompt, cfg, on_tokens, reuse_prefix):        # the engine's output: ids[:cut], in two calls
+            on_tokens(ids[:cut - 1]), on_tokens(ids[cut - 1:cut])
+            return SimpleNamespace(token_ids=ids[:cut], finish_reason="length",
+                                   stats=SimpleNamespace(to_dict=lambda: {}))
+        monkeypatch.setattr(spec.engine, "generate", generate)
+        pieces = []
+        r = spec.generate("Count to ten", max_new_tokens=cut, on_text=pieces.append)
+        assert "".join(pieces) == r.text
+    assert r.text.endswith("🎉") and any(spec.target.tokenizer.decode(ids[:c]).endswith("\ufffd")
+                                         for c in range(len(ids)))

@@ -1,11 +1,13 @@
 """Text of the server: incremental detokenising (O(1) a token, equal to decoding the whole output) and chat
 templates rendered in Jinja's sandbox."""
+import json
 import random
 
 import pytest
 
 from verispec.errors import VerispecError
 from verispec.model.tokenizer import StreamDecoder, Tokenizer, compile_template
+from verispec.serve.text import TextStream
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +17,7 @@ def tok(default_dir):
 
 def streamed(tok, ids) -> str:
     d = StreamDecoder(tok)
-    return "".join(d.push([i]) for i in ids)
+    return "".join(d.push([i]) for i in ids) + d.flush()
 
 
 def test_incremental_decoding_equals_decoding_the_whole_output(tok):
@@ -27,9 +29,23 @@ def test_incremental_decoding_equals_decoding_the_whole_output(tok):
     rng = random.Random(0)
     for _ in range(200):                  # random ids: split multi-byte characters, special tokens, anything
         ids = [rng.randrange(tok.vocab_size) for _ in range(rng.randrange(1, 30))]
-        full = tok.decode(ids)
-        out = streamed(tok, ids)
-        assert out == full or (full.endswith("\ufffd") and full.startswith(out))
+        assert streamed(tok, ids) == tok.decode(ids)
+
+
+def test_an_output_cut_inside_a_character_ends_as_its_whole_decode_does(tok):
+    """The pieces held back for an incomplete UTF-8 sequence come out at the end, as the whole decode gives them
+    (U+FFFD), in the server's stream (stop strings or not) as in its JSON body."""
+    ids = tok.encode("ok 日本🎉")
+    for cut in range(1, len(ids) + 1):
+        full = tok.decode(ids[:cut])
+        d = StreamDecoder(tok)
+        pushed = "".join(d.push([i]) for i in ids[:cut])
+        assert pushed + d.flush() == full and d.flush() == ""
+        for stops in ([], ["zz"], ["\ufffd"]):
+            text = TextStream(tok, stops)
+            out = text.push(ids[:cut]) + text.flush()
+            assert out == full.split("\ufffd")[0] if stops == ["\ufffd"] else out == full
+    assert any(tok.decode(ids[:cut]).endswith("\ufffd") for cut in range(len(ids)))   # some cuts split a character
 
 
 def test_incremental_decoding_decodes_a_window_not_the_whole_output(tok, monkeypatch):
@@ -82,3 +98,23 @@ def test_special_tokens_typed_in_a_message_are_text(tok, monkeypatch):
                                                               tok._specials.pattern,
                                                               "finditer": tok._specials.finditer})())
     assert [tok.chat_ids(m) for m in ordinary] == plain
+
+
+def test_markers_that_eat_whitespace_eat_it_in_the_split_path_too(tok, tmp_path, monkeypatch):
+    """Some tokenizers' markers strip the whitespace beside them (`lstrip`, `rstrip`). The path that hides typed
+    names encodes the text between markers piece by piece: it strips that whitespace as the tokenizer does."""
+    spec = json.loads(tok._tok.to_str())
+    for t in spec["added_tokens"]:
+        t["lstrip"], t["rstrip"] = t["content"] == "<|im_start|>", t["content"] == "<|im_end|>"
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(tok.config))
+    eating = Tokenizer(tmp_path, [])
+    conversations = [[{"role": "system", "content": " \u3000Be brief. \n"}, {"role": "user", "content": "\n\tHi  "}],
+                     [{"role": "user", "content": "   "}, {"role": "assistant", "content": "x\n\n"},
+                      {"role": "user", "content": "y"}]]
+    plain = [eating.encode(eating.render_chat(m)) for m in conversations]
+    assert plain != [tok.encode(tok.render_chat(m)) for m in conversations]      # the flags do change the ids
+    monkeypatch.setattr(eating, "_specials", type("Always", (), {"search": lambda self, s: True, "pattern":
+                                                                 eating._specials.pattern,
+                                                                 "finditer": eating._specials.finditer})())
+    assert [eating.chat_ids(m) for m in conversations] == plain

@@ -372,4 +372,6 @@ class Speculator:
         stream = StreamDecoder(tok)
         on_tokens = None if on_text is None else (lambda ids: on_text(stream.push(ids)))
         g = self.engine.generate(ids, cfg, on_tokens, reuse_prefix=reuse)
+        if on_text is not None:
+            on_text(stream.flush())              # an output cut inside a character ends as the whole decode does
         return Result(tok.decode(g.token_ids), g.token_ids, g.stats.to_dict(), g.finish_reason)

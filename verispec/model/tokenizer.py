@@ -8,6 +8,10 @@ from pathlib import Path
 from ..errors import VerispecError
 
 
+WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"  # Unicode White_Space
+WHITESPACE_START, WHITESPACE_END = re.compile(f"\\A[{WHITESPACE}]+"), re.compile(f"[{WHITESPACE}]+\\Z")
+
+
 class Tokenizer:
     def __init__(self, folder: Path, eos_token_ids: list[int]):
         from tokenizers import Tokenizer as HFTokenizer
@@ -23,6 +27,8 @@ class Tokenizer:
         specials = sorted((t.content for t in self._tok.get_added_tokens_decoder().values() if t.special),
                           key=len, reverse=True)
         self._specials = re.compile("|".join(map(re.escape, specials))) if specials else None
+        self._strips = {t.content: (t.lstrip, t.rstrip) for t in self._tok.get_added_tokens_decoder().values()
+                        if t.special and (t.lstrip or t.rstrip)}   # markers that eat the whitespace beside them
         stops = set(eos_token_ids)
         for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>"):
             if (i := self._tok.token_to_id(name)) is not None:
@@ -77,14 +83,17 @@ class Tokenizer:
             as_text = HFTokenizer.from_str(self._tok.to_str())
             as_text.encode_special_tokens = True
             self._as_text = as_text
-        ids, start = [], 0
+        ids, start, eat_left = [], 0, False
         for marker in [*self._specials.finditer(rendered), None]:  # every special token left is the template's
             text = rendered[start:marker.start() if marker else len(rendered)]
+            lstrip, rstrip = self._strips.get(marker.group(0), (False, False)) if marker else (False, False)
+            text = WHITESPACE_END.sub("", text) if lstrip else text     # as the tokenizer's own split does
+            text = WHITESPACE_START.sub("", text) if eat_left else text
             text = re.sub("\ue000(\\d+)\ue001", lambda m: typed[int(m.group(1))], text)
             ids += self._as_text.encode(text, add_special_tokens=False).ids if text else []
             if marker:
                 ids.append(self._tok.token_to_id(marker.group(0)))
-                start = marker.end()
+                start, eat_left = marker.end(), rstrip
         return ids
 
     def prompt_ids(self, prompt: str, chat: bool = True) -> list[int]:
@@ -110,7 +119,8 @@ def compile_template(source: str):
 
 
 class StreamDecoder:
-    """Turns a growing list of token ids into text increments, holding back incomplete UTF-8 sequences.
+    """Turns a growing list of token ids into text increments, holding back incomplete UTF-8 sequences until
+    they complete or the output ends (`flush`).
 
     O(1) a token: only a short window is decoded each time, from `prefix` (a few tokens before the text not yet
     returned, so that a token's leading space or merged bytes decode as they do in context) to the end. The
@@ -130,4 +140,12 @@ class StreamDecoder:
         if len(text) <= len(before) or text.endswith("\ufffd"):
             return ""                            # nothing new yet, or an incomplete UTF-8 sequence: wait
         self.prefix, self.read = max(0, len(self.ids) - self.CONTEXT), len(self.ids)
+        return text[len(before):]
+
+    def flush(self) -> str:
+        """The text held back at the end of the output (an incomplete UTF-8 sequence, as U+FFFD, the way decoding
+        the whole output gives it), so that the pushed pieces and this add up to that decode."""
+        decode = self.tokenizer.decode
+        before, text = decode(self.ids[self.prefix:self.read]), decode(self.ids[self.prefix:])
+        self.prefix = self.read = len(self.ids)
         return text[len(before):]

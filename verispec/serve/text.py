@@ -18,16 +18,23 @@ class TextStream:
             if self.stopped:
                 break
             self.tokens += 1
-            self.text += self.decoder.push([i])
-            hits = [at for at in (self.text.find(s, max(0, self.sent - len(s))) for s in self.stops) if at >= 0]
-            if hits:
-                self.text, self.stopped = self.text[:min(hits)], True
+            self._add(self.decoder.push([i]))
         hold = 0 if self.stopped else max((n for s in self.stops for n in range(1, len(s))
                                            if self.text.endswith(s[:n])), default=0)
         piece = self.text[self.sent:len(self.text) - hold]
         self.sent += len(piece)
         return piece
 
+    def _add(self, piece: str):
+        self.text += piece
+        hits = [at for at in (self.text.find(s, max(0, self.sent - len(s))) for s in self.stops) if at >= 0]
+        if hits:
+            self.text, self.stopped = self.text[:min(hits)], True
+
     def flush(self) -> str:
+        """The rest, at the end of the output: what was held back for a possible stop string, and the end of an
+        incomplete UTF-8 sequence (as U+FFFD, the way decoding the whole output gives it)."""
+        if not self.stopped:
+            self._add(self.decoder.flush())
         piece, self.sent = self.text[self.sent:], len(self.text)
         return piece
