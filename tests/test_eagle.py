@@ -39,13 +39,35 @@ def test_resumed_training_equals_uninterrupted(tmp_path, tiny_dir, tiny_distill_
     base = ["--data", str(tiny_distill_dir), "--model", str(tiny_dir), "--head-tokens", "256", "--batch", "2",
             "--dtype", "fp32", "--steps", "8", "--eval-every", "4"]
     assert main(["train-eagle", "--out", str(tmp_path / "a")] + base) == 0
-    assert main(["train-eagle", "--out", str(tmp_path / "b"), "--stop-at", "4"] + base) == 0   # interrupted
-    assert torch.load(tmp_path / "b.work" / "checkpoint.pt", weights_only=False)["step"] == 4
+    assert main(["train-eagle", "--out", f"{tmp_path / 'b'}/", "--stop-at", "4"] + base) == 0   # interrupted
+    assert torch.load(tmp_path / "b.work" / "checkpoint.pt", weights_only=False)["step"] == 4    # beside OUT/
     assert not (tmp_path / "b").exists()
     assert main(["train-eagle", "--out", str(tmp_path / "b")] + base) == 0                     # resumed
+    assert not (tmp_path / "b" / ".work").exists()
     from safetensors.torch import load_file
     a, b = load_file(str(tmp_path / "a" / "eagle.safetensors")), load_file(str(tmp_path / "b" / "eagle.safetensors"))
     assert all(torch.equal(a[k], b[k]) for k in a)      # deterministic in flags and seed
+
+
+def test_cached_features_are_refused_for_other_data_held_out_rows_or_target(tmp_path, tiny_dir, tiny_distill_dir,
+                                                                           capsys):
+    """The features cached in OUT.work belong to the data as it was (its shards), the held-out rows and the target:
+    a rerun with any of them changed is refused in one line, never trained on the old features."""
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(tiny_distill_dir, data)
+    base = ["train-eagle", "--data", str(data), "--out", str(tmp_path / "h"), "--model", str(tiny_dir),
+            "--head-tokens", "256", "--batch", "2", "--dtype", "fp32", "--steps", "8", "--eval-every", "4"]
+    assert main(base + ["--stop-at", "4"]) == 0
+    capsys.readouterr()
+    other_model = tmp_path / "tiny"
+    shutil.copytree(tiny_dir, other_model)
+    for flags in (["--eval-examples", "3"], ["--model", str(other_model)]):
+        assert main(base + flags) == 2
+        err = capsys.readouterr().err
+        assert "made with other flags" in err and err.count("\n") == 1
+    shutil.copy(next(data.glob("shard-*.pt")), data / "shard-99999.pt")      # distill-data went on meanwhile
+    assert main(base) == 2 and "made with other flags" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("train_mode", [False, True])

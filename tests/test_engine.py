@@ -170,7 +170,8 @@ def test_a_fixed_k_never_measures_the_cost_profile(tiny_dir, monkeypatch):
     monkeypatch.setattr(api, "engine_profile", lambda *a, **kw: asked.append(1) or real(*a, **kw))
     spec = api.Speculator(method="ngram", target=target)
     spec.generate("Count to ten", max_new_tokens=4, k=3)
-    assert asked == []
+    api.Speculator(method="plain", target=target).generate("Count to ten", max_new_tokens=4, k="auto")
+    assert asked == []                                    # nor does plain decoding, whatever its k
     spec.generate("Count to ten", max_new_tokens=4, k="auto")
     spec.generate("Count to ten", max_new_tokens=4, k="auto")
     assert asked == [1]                                   # once, then kept
@@ -227,3 +228,18 @@ def test_streamed_text_adds_up_to_the_result_wherever_the_output_is_cut(tiny_dir
         assert "".join(pieces) == r.text
     assert r.text.endswith("🎉") and any(spec.target.tokenizer.decode(ids[:c]).endswith("\ufffd")
                                          for c in range(len(ids)))
+
+
+def test_generation_arguments_of_the_wrong_type_get_one_line_errors(tiny_dir):
+    """The Python API checks its arguments' types as the CLI does: a float where an integer belongs, a string
+    where a number belongs, or a seed torch cannot take is a VerispecError, not a TypeError from deep inside."""
+    import verispec.api as api
+    from verispec.errors import VerispecError
+    spec = api.Speculator(method="ngram", target=api.Target.load(str(tiny_dir), "fp32", "cpu"))
+    for kw, needle in (({"max_new_tokens": 3.0}, "max-new-tokens"), ({"max_new_tokens": None}, "max-new-tokens"),
+                       ({"k": "4"}, "k must be an integer or auto, got '4'"), ({"seed": 2 ** 64}, "seed"), ({"seed": -1}, "seed"),
+                       ({"temperature": "0.5"}, "temperature"), ({"temperature": 1.0, "top_k": 2.5}, "top-k"),
+                       ({"temperature": 1.0, "top_p": None}, "top-p")):
+        with pytest.raises(VerispecError, match=needle):
+            spec.generate("Count to ten", **kw)
+    assert spec.generate("Count to ten", max_new_tokens=3, seed=2 ** 64 - 1, temperature=1.0).token_ids

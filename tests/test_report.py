@@ -77,6 +77,26 @@ def test_profile_writes_a_profile_that_auto_k_reads(tmp_path, tiny_dir):
     assert again.alpha["draft"] == 0.6 and again.draft_cost["draft"] == 0.1      # and methods it did not run
 
 
+def test_profile_refuses_before_measuring_a_file_it_would_merge_wrongly(tmp_path, tiny_dir, capsys, monkeypatch):
+    """--out naming another model's (or dtype's) profile, or a file that is no profile, is refused in one line
+    before any measuring: the merge would keep the other model's figures."""
+    import verispec.profile as profile
+    from verispec.autok import CostProfile
+    monkeypatch.setattr(profile, "cost_curve", lambda *a, **kw: 1 / 0)     # measuring would fail loudly
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Repeat: a b c a b c", "category": "x"}))
+    other, junk = tmp_path / "other.json", tmp_path / "junk.json"
+    CostProfile(curve={1: 1.0}, draft_cost={"ngram": 0.1}, alpha={"ngram": 0.5}, measured=True,
+                meta={"model": "/somewhere/SmolLM2-135M-Instruct", "dtype": "bf16", "device": "cpu"}).save(other)
+    junk.write_text("[1, 2]")
+    for path, needle in ((other, "is the profile of SmolLM2-135M-Instruct in bf16"), (junk, "cannot read profile")):
+        before = path.read_text()
+        assert main(["profile", "--prompts", str(prompts), "--model", str(tiny_dir), "--methods", "ngram",
+                     "--dtype", "fp32", "--limit", "1", "--out", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1 and path.read_text() == before
+
+
 def test_a_shipped_profile_takes_this_machines_draft_cost(target_bf16, tmp_path, monkeypatch):
     """A draft's c is the ratio of two models' passes and differs by machine: with the shipped profile, a draft
     model's engine gets c measured here once (cached: the second engine reads it back); a profile the user measured

@@ -104,6 +104,10 @@ def test_distill_data_resumes_and_refuses_other_parameters(tmp_path, tiny_dir, c
     assert sorted(out.glob("shard-*.pt")) == shards and shards[0].read_bytes() == first
     assert main(args[:-4] + ["--max-new-tokens", "7", "--top-k-probs", "4", "--dtype", "fp32"]) == 2
     assert "other parameters" in capsys.readouterr().err
+    prompts.write_text(prompts.read_text().replace("Say 3 things", "Say three things"))   # same name, other prompts
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "other parameters (prompts_sha256)" in err and err.count("\n") == 1
 
 
 def test_a_failed_distill_data_run_leaves_its_folder_usable(tmp_path, tiny_dir, capsys):
@@ -166,6 +170,17 @@ def test_train_draft_cli_writes_a_loadable_draft(tmp_path, tiny_dir, tiny_distil
     assert (out / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask   # not mkstemp's 0600
     assert main(["generate", "hello", "--model", str(tiny_dir), "--method", "draft", "--draft", str(out),
                  "--max-new-tokens", "5", "--dtype", "fp32"]) == 0
+
+
+def test_train_draft_refuses_shapes_and_lengths_it_cannot_train_in_one_line(tmp_path, tiny_dir, tiny_distill_dir,
+                                                                             capsys):
+    flags = ["train-draft", "--data", str(tiny_distill_dir), "--out", str(tmp_path / "d"), "--model", str(tiny_dir)]
+    for bad in (["--heads", "0"], ["--kv-heads", "0"], ["--hidden", "-16"], ["--intermediate", "0"],
+                ["--max-tokens", "8"], ["--eval-examples", "-1"]):
+        assert main(flags + bad) == 2
+        err = capsys.readouterr().err
+        assert bad[0] in err and err.count("\n") == 1
+    assert not (tmp_path / "d").exists() and not (tmp_path / "d.work").exists()
 
 
 def test_draft_from_target_layers_borrows_and_freezes_the_embedding(tmp_path, tiny_dir):

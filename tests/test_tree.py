@@ -43,3 +43,22 @@ def test_chain_and_per_depth_builders():
     assert c.size == 4 and c.depth == 4 and c.paths == ((1, 2, 3, 4),)
     t = topk_per_depth([2, 2, 1])
     assert t.size == 2 + 4 + 4 and t.depth == 3 and len(t.paths) == 4
+
+
+def test_a_wide_tree_spec_is_refused_before_it_is_built():
+    """Per-depth widths whose tree passes the node limit are refused at once, however many nodes they imply."""
+    from verispec.errors import VerispecError
+    from verispec.tree import parse_tree
+    for spec in ("1000,1000,1000", "16,16", "257"):
+        with pytest.raises(VerispecError, match="exceeds the limit of 256"):
+            parse_tree(spec)                       # (before: a billion paths built for the first one)
+    assert len(parse_tree("16,15").choices) == 256
+
+
+def test_a_tree_files_name_may_hold_a_plus(tmp_path):
+    from verispec.api import GRAFT_NGRAM, split_graft
+    from verispec.tree import parse_tree
+    path = tmp_path / "my+tree.json"
+    path.write_text("[[0], [1], [0, 0]]")
+    assert split_graft(str(path)) == (str(path), 0) and len(parse_tree(str(path)).choices) == 3
+    assert split_graft(f"{path}+ngram") == (str(path), GRAFT_NGRAM)

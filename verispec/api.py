@@ -195,7 +195,7 @@ def load_draft(target: Target, draft: str | None = None) -> Llama:
 def split_graft(tree: str | None) -> tuple[str | None, int]:
     """"SHAPE+ngram" -> (SHAPE, or None for the default shape; GRAFT_NGRAM): the prompt-lookup continuation
     grafted onto every drafted tree as one more path. Anything else -> (tree, 0)."""
-    if tree is None or "+" not in tree:
+    if tree is None or "+" not in tree or Path(tree).is_file():         # (a tree file's name may hold a "+")
         return tree, 0
     shape, _, extra = tree.rpartition("+")
     if extra != "ngram":

@@ -362,8 +362,8 @@ class Engine:
     def sequence(self, prompt: list[int], cfg: GenerationConfig,
                  on_tokens: Callable[[list[int]], None] | None = None) -> Sequence:
         """A new generation with this engine's target, proposer and cost profile (checked, not yet prefilled)."""
-        return Sequence(self.target, self.proposer, prompt, cfg, self.profile if cfg.k == "auto" else CostProfile(),
-                        on_tokens)
+        auto = cfg.k == "auto" and self.proposer is not None    # (plain decoding never reads the costs)
+        return Sequence(self.target, self.proposer, prompt, cfg, self.profile if auto else CostProfile(), on_tokens)
 
     @torch.inference_mode()
     def generate(self, prompt: list[int], cfg: GenerationConfig,

@@ -29,7 +29,8 @@ def speedup_vs_k(figures: dict, out: Path) -> str:
         ks = [r["k"] for r in fixed]
         color = f"C{i}"
         ax.plot(ks, [r["measured_speedup"] for r in fixed], "o-", color=color, label=f"{m} measured")
-        ax.plot(ks, [r["predicted_speedup"] for r in fixed], "x--", color=color, label=f"{m} predicted")
+        if all(r["predicted_speedup"] is not None for r in fixed):     # (none for trees: no chain formula)
+            ax.plot(ks, [r["predicted_speedup"] for r in fixed], "x--", color=color, label=f"{m} predicted")
         ax.axhline(d["auto_speedup"], color=color, lw=1, ls=":", label=f"{m} k = auto")
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set(xlabel="k (draft tokens per cycle)", ylabel="speedup over plain decoding",

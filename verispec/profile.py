@@ -262,6 +262,13 @@ def cmd_profile(args) -> int:
     prompts = select(load_prompts(args.prompts), args.limit)
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     model = target.model
+    path = args.out or default_profile_path(target.folder, args.dtype, model.device)
+    old = CostProfile.load(path) if Path(path).exists() else None    # not a profile: fails here, before the work
+    this = {"model": Path(target.folder).name, "dtype": args.dtype, "device": str(model.device)}
+    was = {k: Path(str(v)).name if k == "model" else v for k, v in (old.meta if old else {}).items() if k in this}
+    if any(was[k] != this[k] for k in was):
+        raise VerispecError(f"{path} is the profile of {was.get('model', '?')} in {was.get('dtype', '?')} on "
+                            f"{was.get('device', '?')}, not of this run's: name another --out")
     engines = {"plain": (Engine(model), 1)}
     for m in methods:               # bad methods and drafts fail here, before any measuring
         engines[m] = (Engine(model, make_proposer(m, target, args.draft, args.ngram_max)), args.k)
@@ -311,9 +318,7 @@ def cmd_profile(args) -> int:
     meta = {"model": target.folder, "dtype": args.dtype, "device": str(model.device), "k": args.k,
             "temperature": args.temperature, "prompts": len(prompts)}
     profile = build_profile(rel, costs, alphas, meta, trees)
-    path = args.out or default_profile_path(target.folder, args.dtype, model.device)
-    if Path(path).exists():     # keep what this run did not measure: other methods, `cost-curve --batch` curves
-        old = CostProfile.load(path)
+    if old is not None:         # keep what this run did not measure: other methods, `cost-curve --batch` curves
         profile.batch_curve, profile.batch_scale = old.batch_curve, old.batch_scale
         profile.draft_cost = {**old.draft_cost, **profile.draft_cost}
         profile.alpha = {**old.alpha, **profile.alpha}

@@ -26,7 +26,7 @@ from .files import atomic_file
 from .flags import method_names, parse_temperatures
 from .prompts import Prompt, load_prompts
 from .sampling import SamplingConfig
-from .profile import correlation_report, explain, in_situ_cost, predicted_vs_measured
+from .profile import TREE_METHODS, correlation_report, explain, in_situ_cost, predicted_vs_measured
 
 ADVERSARIAL_TEMPERATURE = 1.5
 
@@ -63,7 +63,7 @@ def k_sweep(target, make, methods, ks, prompts, cfg, chat, costs, curve) -> dict
             row = {"k": k, "measured_speedup": r["speedup_vs_plain"], "mat": r["mean_accepted_tokens"],
                    "alpha": r["acceptance_rate"], "tokens_per_s": r["tokens_per_s"],
                    "greedy_match_rate": r["greedy_match_rate"], "predicted_speedup": None, "explanation": None}
-            if k != "auto":
+            if k != "auto" and m not in TREE_METHODS:      # (a tree's c is per cycle: the chain formula does not apply)
                 p = predicted_vs_measured(r, costs[m], curve, k)
                 row.update(predicted_speedup=p["predicted_speedup"], explanation=explain(p),
                            acceptance_factor=p["acceptance_factor"], cost_factor=p["cost_factor"])

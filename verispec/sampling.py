@@ -9,11 +9,22 @@ Draws take their randomness as tensors of uniforms, so every sampling function i
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
 
 from .errors import VerispecError
+
+
+def is_int(x) -> bool:
+    """An integer (numpy's too), not a bool."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def is_real(x) -> bool:
+    """A real number (numpy's too), not a bool, a string or None."""
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 @dataclass(frozen=True)
@@ -23,6 +34,10 @@ class SamplingConfig:
     top_p: float = 1.0         # keep the smallest set of most likely tokens with mass >= top_p; 1 = off
 
     def __post_init__(self):
+        for name, value, ok in (("temperature", self.temperature, is_real), ("top-p", self.top_p, is_real),
+                                ("top-k", self.top_k, is_int)):
+            if not ok(value):
+                raise VerispecError(f"{name} must be {'an integer' if ok is is_int else 'a number'}, got {value!r}")
         if not 0 <= self.temperature < float("inf"):
             raise VerispecError(f"temperature must be >= 0 and finite, got {self.temperature}")
         if not 0 < self.top_p <= 1:

@@ -110,6 +110,9 @@ def topk_per_depth(widths: list[int], max_nodes: int = 256) -> TokenTree:
     """A static tree from per-depth top-k choices: every node at depth d has the top widths[d] children."""
     level, nodes = [()], []
     for w in widths:
+        if len(nodes) + len(level) * w > max_nodes:           # refused before it is built: "1000,1000,1000"
+            raise VerispecError(f"a token tree of widths {','.join(map(str, widths))} exceeds the limit of "
+                                f"{max_nodes} nodes")
         level = [p + (r,) for p in level for r in range(w)]
         nodes += level
     return build_tree(nodes, max_nodes=max_nodes)

@@ -27,6 +27,13 @@ def _key(text: str) -> int:
     return int(hashlib.sha256(text.encode()).hexdigest()[:12], 16)
 
 
+def _digest(paths: list[str]) -> str:
+    h = hashlib.sha256()
+    for path in paths:                                   # (load_prompts read them already: they are readable)
+        h.update(hashlib.sha256(Path(path).read_bytes()).digest())
+    return h.hexdigest()
+
+
 def plan(prompts: list[Prompt], per_category: int | None, batch: int, temperatures: list[float]):
     """Deterministic batches of (prompt, temperature): train split only, categories interleaved, each chunk of
     16 batches sorted by length so that a batch pads little."""
@@ -60,7 +67,8 @@ def cmd_distill_data(args) -> int:
     manifest = {"model": args.model or "default", "dtype": args.dtype, "max_new_tokens": args.max_new_tokens,
                 "batch": args.batch, "temperatures": temps, "top_k_probs": args.top_k_probs, "seed": args.seed,
                 "per_category": args.per_category, "max_prompt_tokens": args.max_prompt_tokens,
-                "prompt_files": [Path(p).name for p in args.prompts], "shards": len(batches)}
+                "prompt_files": [Path(p).name for p in args.prompts], "shards": len(batches),
+                "prompts_sha256": _digest(args.prompts)}    # an edited prompt file makes other batches
     if (out / "manifest.json").exists():
         try:
             old = json.loads((out / "manifest.json").read_text())

@@ -20,10 +20,10 @@ def _head_training_flags(p: argparse.ArgumentParser, what: str, batch: int, batc
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--batch", type=int, default=batch, help=batch_help)
     p.add_argument("--lr", type=float_in(0, math.inf, lo_open=True), default=1e-3)
-    p.add_argument("--max-answers", type=int, default=None, help="use at most this many training answers")
-    p.add_argument("--max-tokens", type=int_at_least(2), default=320, help="longest sequence fed to the target")
+    p.add_argument("--max-answers", type=int_at_least(1), default=None, help="use at most this many training answers")
+    p.add_argument("--max-tokens", type=int_at_least(16), default=320, help="longest sequence fed to the target")
     p.add_argument("--eval-every", type=int_at_least(1), default=100, help="held-out evaluation + checkpoint interval")
-    p.add_argument("--eval-examples", type=int, default=eval_examples)
+    p.add_argument("--eval-examples", type=int_at_least(1), default=eval_examples)
     p.add_argument("--seed", type=seed, default=0)
 
 
@@ -47,10 +47,10 @@ def add_train_parsers(sub, model_flags) -> None:
     td.add_argument("--force", action="store_true", help="replace OUT if it exists")
     td.add_argument("--model", help="the target the data came from (default: SmolLM2-135M)")
     td.add_argument("--layers", type=int_at_least(1), default=4)
-    td.add_argument("--hidden", type=int, default=256)
-    td.add_argument("--heads", type=int, default=4)
-    td.add_argument("--kv-heads", type=int, default=2)
-    td.add_argument("--intermediate", type=int, default=768)
+    td.add_argument("--hidden", type=int_at_least(1), default=256)
+    td.add_argument("--heads", type=int_at_least(1), default=4)
+    td.add_argument("--kv-heads", type=int_at_least(1), default=2)
+    td.add_argument("--intermediate", type=int_at_least(1), default=768)
     td.add_argument("--head-tokens", type=int_at_least(0), default=8192, help="reduced output vocabulary (0 = full)")
     td.add_argument("--from-target", action="store_true",
                     help="start from the target's first --layers blocks at its width, borrowing its embedding")
@@ -59,12 +59,12 @@ def add_train_parsers(sub, model_flags) -> None:
     td.add_argument("--tokens-per-batch", type=int_at_least(1), default=4096)
     td.add_argument("--lr", type=float_in(0, math.inf, lo_open=True), default=2e-3)
     td.add_argument("--warmup", type=int_at_least(0), default=100)
-    td.add_argument("--max-tokens", type=int_at_least(2), default=320, help="longest training sequence")
+    td.add_argument("--max-tokens", type=int_at_least(16), default=320, help="longest training sequence")
     td.add_argument("--stop-at", type=int, default=None,
                     help="stop after this step (a multiple of --eval-every) and write the draft; the learning-rate "
                          "schedule still spans --steps, so a later run without it resumes and finishes")
     td.add_argument("--eval-every", type=int_at_least(1), default=100, help="held-out evaluation + checkpoint interval")
-    td.add_argument("--eval-examples", type=int, default=120)
+    td.add_argument("--eval-examples", type=int_at_least(1), default=120)
     td.add_argument("--seed", type=seed, default=0)
 
     tm = sub.add_parser("train-medusa", help="train Medusa heads on the target's hidden states (resumable)")

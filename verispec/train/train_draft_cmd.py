@@ -15,7 +15,8 @@ from ..files import atomic_dir, check_new_folder
 from ..model import loader
 from .data import frequent_tokens, load_examples, row_index, split_held_out
 from .progress import StepBar
-from .workdir import load_checkpoint, replaces_own, resume, save_checkpoint, train_in_rounds
+from .workdir import (load_checkpoint, replaces_own, resume, save_checkpoint, source_settings, train_in_rounds,
+                      work_folder)
 from .draft import LOSSES, DraftShape, TrainConfig, evaluate, init_draft, make_optimizer, train_steps
 
 
@@ -66,10 +67,9 @@ def cmd_train_draft(args) -> int:
     train, held = split_held_out(examples, args.eval_examples, args.data)
     target, tok, target_dir = loader.load(args.model, "fp32", "cpu")
     shape = shape.resolved(target.cfg)
-    work = Path(str(args.out) + ".work")
+    work = work_folder(args.out)
     ckpt_path = work / "checkpoint.pt"
-    settings = {"shape": asdict(shape), "train": asdict(cfg), "data": str(Path(args.data).resolve()),
-                "max_tokens": args.max_tokens}
+    settings = {"shape": asdict(shape), "train": asdict(cfg), **source_settings(args), "max_tokens": args.max_tokens}
     ckpt = load_checkpoint(ckpt_path, settings)
     if ckpt is not None:
         head_ids = ckpt["head_ids"]

@@ -1,6 +1,7 @@
 """A training run's work folder: cached inputs and checkpoints, each tied to the flags that made it."""
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -19,22 +20,38 @@ def start_run(args):
     examples = load_examples(args.data, args.max_tokens)
     train, held = split_held_out(examples, args.eval_examples, args.data, args.max_answers)
     target, tok, _ = loader.load(args.model, args.dtype, "cpu")
-    work = Path(str(args.out) + ".work")
+    work = work_folder(args.out)
     work.mkdir(parents=True, exist_ok=True)
     return train, held, target, tok, work
+
+
+def work_folder(out: str) -> Path:
+    """OUT.work, beside OUT whatever way OUT is spelt ("heads/", "a/../heads"): never inside it."""
+    path = Path(os.path.abspath(out))
+    return path.with_name(path.name + ".work")
 
 
 def replaces_own(args) -> bool:
     """Whether a training run may replace the folder at OUT: --force, or OUT.work is there (OUT is this run's
     earlier output: a run stopped early, resumed, or run again with other steps)."""
-    return args.force or Path(str(args.out) + ".work").is_dir()
+    return args.force or work_folder(args.out).is_dir()
+
+
+def source_settings(args) -> dict:
+    """What the training data and the target are: the data folder and how many shards it held (a distill-data run
+    finished later makes other data), and the target, where --model names one (the default's key is unchanged)."""
+    data = Path(args.data).resolve()
+    settings = {"data": str(data), "shards": len(list(data.glob("shard-*.pt")))}
+    if args.model:
+        settings["model"] = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
+    return settings
 
 
 def data_settings(args) -> dict:
-    """The flags that decide what the target's features are: the data and how the target read it (the key of
-    the cached features; part of every checkpoint's settings)."""
-    return {"data": str(Path(args.data).resolve()), "max_tokens": args.max_tokens, "dtype": args.dtype,
-            "max_answers": args.max_answers}
+    """The flags that decide what the target's features are: the data, the target and how it read them (the key
+    of the cached features; part of every checkpoint's settings)."""
+    return {**source_settings(args), "max_tokens": args.max_tokens, "dtype": args.dtype,
+            "max_answers": args.max_answers, "eval_examples": args.eval_examples}
 
 
 def cached(path: Path, settings: dict, make) -> dict:
