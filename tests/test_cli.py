@@ -125,6 +125,62 @@ def test_a_tree_file_of_non_integer_ranks_is_one_line(capsys, tiny_dir, tmp_path
     (tmp_path / "t.json").write_text("[[0], [1.5]]")
     fails_cleanly(capsys, ["generate", "hi", "--model", str(tiny_dir), "--method", "draft-tree", "--draft",
                            str(tiny_dir), "--tree", str(tmp_path / "t.json")], "integer ranks")
+    for rank in ("60000", "99999999999999999999"):       # past what the draft ranks: refused before any output
+        (tmp_path / "t.json").write_text(f"[[{rank}]]")
+        fails_cleanly(capsys, ["generate", "hi", "--model", str(tiny_dir), "--method", "draft-tree", "--draft",
+                               str(tiny_dir), "--tree", str(tmp_path / "t.json")], f"asks for rank {rank}")
+
+
+def test_text_that_is_not_valid_unicode_is_one_line(capsys, tiny_dir, tmp_path):
+    """Undecodable bytes on the command line (Python reads them as lone surrogates) or a JSON "\\ud800" escape in
+    a prompt file: a one-line error, not the tokenizer's TypeError."""
+    fails_cleanly(capsys, ["generate", "ab\udcff hi", "--model", str(tiny_dir)], "not valid Unicode")
+    (tmp_path / "p.jsonl").write_text('{"prompt": "ab\\ud800c"}\n')
+    fails_cleanly(capsys, ["bench", "--prompts", str(tmp_path / "p.jsonl"), "--model", str(tiny_dir),
+                           "--methods", "ngram", "--max-new-tokens", "2"], "surrogates not allowed")
+
+
+@pytest.mark.parametrize("command", [["profile", "--out", "p.json"], ["report", "--out", "r"]])
+def test_a_context_past_the_models_is_refused_before_the_timing(capsys, tiny_dir, tmp_path, command):
+    fails_cleanly(capsys, [command[0], "--prompts", DEV_PROMPTS, "--model", str(tiny_dir), "--methods", "ngram",
+                           "--context", "100000", command[1], str(tmp_path / command[2])], "does not fit")
+    if command[0] == "report":
+        fails_cleanly(capsys, ["report", "--prompts", DEV_PROMPTS, "--model", str(tiny_dir), "--methods", "ngram",
+                               "--k", "100000", "--out", str(tmp_path / "r")], "does not fit")
+
+
+@pytest.mark.parametrize("change,needle", [({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_scaling"),
+                                           ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+                                           ({"mlp_bias": True}, "mlp_bias"),
+                                           ({"head_dim": 128}, "head_dim 128"),
+                                           ({"rope_theta": 0}, "rope_theta"), ({"rms_norm_eps": float("nan")},
+                                                                              "rms_norm_eps"),
+                                           ({"tie_word_embeddings": "false"}, "tie_word_embeddings must be true or"),
+                                           ({"num_attention_heads": 4.9, "head_dim": None},
+                                            "num_attention_heads must be an integer"),
+                                           ({"num_hidden_layers": 1}, "hold layer 1, and the config says 1")])
+def test_a_model_config_verispec_cannot_run_as_written_is_refused(capsys, tiny_dir, tmp_path, change, needle):
+    """A config.json asking for what the model code does not implement (Llama 3's RoPE scaling, another
+    activation, MLP biases, a head size of its own) or for values it cannot use would run another model than the
+    folder's: refused in one line, not decoded silently."""
+    import shutil
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_dir, folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, **change}))
+    fails_cleanly(capsys, ["generate", "hi", "--model", str(folder), "--dtype", "fp32"], needle)
+
+
+def test_a_gguf_file_whose_metadata_or_tensors_cannot_be_read_is_one_line(capsys, tmp_path, monkeypatch):
+    """Whatever fails inside reading or dequantizing a GGUF file (metadata of the wrong type, a tensor that cannot
+    be unpacked) is one line naming the file."""
+    import verispec.model.gguf as gguf
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    for error in (TypeError("unhashable type: 'list'"), IndexError("index 1000000 is out of bounds"),
+                  NotImplementedError("I8")):
+        monkeypatch.setattr(gguf, "convert_gguf", lambda *a, e=error: (_ for _ in ()).throw(e))
+        monkeypatch.setenv("VERISPEC_HOME", str(tmp_path / "home"))
+        fails_cleanly(capsys, ["generate", "hi", "--model", str(tmp_path / "m.gguf")], "cannot read GGUF file")
 
 
 @pytest.mark.parametrize("command", [["generate", "hello"], ["bench", "--limit", "1", "--prompts", DEV_PROMPTS]])

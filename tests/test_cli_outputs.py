@@ -21,12 +21,17 @@ def test_a_new_folder_never_replaces_a_file_a_full_folder_without_force_or_a_fol
     full.mkdir()
     (full / "mine.txt").write_text("mine")
     for dest, force, word in ((tmp_path / "afile", True, "is a file"), (full, False, "--force"),
-                              (full, True, "no config.json"), ("", False, "name a new folder"),
+                              (full, True, "no .verispec file"), ("", False, "name a new folder"),
                               (".", True, "name a new folder"), ("/", True, "name a new folder")):
         with pytest.raises(VerispecError, match=word):
             check_new_folder(dest, force)
-    (full / "config.json").write_text("{}")
-    check_new_folder(full, True)                       # a folder verispec wrote, with --force: may be replaced
+    (full / "config.json").write_text("{}")              # a model folder of the user's: never replaced
+    with pytest.raises(VerispecError, match="no .verispec file"):
+        check_new_folder(full, True)
+    from verispec.files import atomic_dir
+    with atomic_dir(tmp_path / "written") as tmp:
+        (tmp / "config.json").write_text("{}")
+    check_new_folder(tmp_path / "written", True)        # a folder verispec wrote, with --force: may be replaced
     check_new_folder(tmp_path / "new", False)
     (tmp_path / "empty").mkdir()
     check_new_folder(tmp_path / "empty", False)

@@ -16,6 +16,8 @@ def test_doctor_runs_the_checks_and_prints_the_fingerprint(target_bf16, capsys):
     assert out.count("  ok   ") == 4 and "guarantee: bitwise" in out
     line = next(line for line in out.splitlines() if line.startswith("fingerprint: "))
     assert line.split()[1].rstrip(",") == fingerprint(target_bf16.model)
+    assert main(["doctor", "--rows", "2"]) == 0                  # fewer rows than the packed batch's 5
+    assert capsys.readouterr().out.count("  ok   ") == 4
 
 
 def test_doctor_rejects_bad_rows_in_one_line(capsys):

@@ -68,7 +68,9 @@ def test_serve_limits_and_access_flags_are_checked_before_the_model_loads(monkey
                         (["--prefix-cache-mb", "-1"], "--prefix-cache-mb"),
                         (["--prefix-cache-mb", "nan"], "--prefix-cache-mb"),
                         (["--max-body-bytes", "0"], "--max-body-bytes"),
-                        (["--allowed-methods", "plain,telepathy"], "telepathy")):
+                        (["--allowed-methods", "plain,telepathy"], "telepathy"),
+                        (["--api-key", ""], "--api-key (or $VERISPEC_API_KEY) is empty"),
+                        (["--api-key", "  "], "is empty")):
         assert main(["serve", "--model", "/nonexistent", *flags]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and word in err, err
@@ -79,6 +81,13 @@ def test_serve_limits_and_access_flags_are_checked_before_the_model_loads(monkey
     args = build_parser().parse_args(["serve"])
     assert args.api_key is None and args.prefill_chunk == 64 and args.allowed_methods is None
     assert args.prefix_cache_mb == 1024
+
+
+def test_loadtest_refuses_a_duration_that_never_ends_or_is_no_number(capsys):
+    for duration in ("inf", "nan", "0"):
+        assert main(["loadtest", "--url", "http://127.0.0.1:9", "--duration", duration]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--duration in (0, 86400]" in err, err
 
 
 def test_loadtest_faults_needs_its_own_server(capsys):

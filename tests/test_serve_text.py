@@ -118,3 +118,21 @@ def test_markers_that_eat_whitespace_eat_it_in_the_split_path_too(tok, tmp_path,
                                                                  eating._specials.pattern,
                                                                  "finditer": eating._specials.finditer})())
     assert [eating.chat_ids(m) for m in conversations] == plain
+
+
+def test_chat_templates_in_a_list_and_templates_that_fail_are_handled(tok, tmp_path):
+    """Hugging Face's list of named templates takes the one named "default"; a template that fails to compile or
+    render, or a tokenizer_config.json that is no object, is one VerispecError, not jinja's traceback."""
+    (tmp_path / "tokenizer.json").write_text(tok._tok.to_str())
+    for template, ok in (([{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D{{ 1 }}"}], "D1"),
+                         ("{% for %}", None), ("{{ raise_exception('nope') }}", None), ("{{ foo.bar() }}", None)):
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+        t = Tokenizer(tmp_path, [])
+        if ok:
+            assert t.render_chat([{"role": "user", "content": "hi"}]) == ok
+        else:
+            with pytest.raises(VerispecError, match="the model's chat template failed"):
+                t.render_chat([{"role": "user", "content": "hi"}])
+    (tmp_path / "tokenizer_config.json").write_text("[1]")
+    with pytest.raises(VerispecError, match="must hold a JSON object"):
+        Tokenizer(tmp_path, [])

@@ -110,6 +110,15 @@ def test_distill_data_resumes_and_refuses_other_parameters(tmp_path, tiny_dir, c
     assert "other parameters (prompts_sha256)" in err and err.count("\n") == 1
 
 
+def test_distill_data_refuses_prompts_and_answers_past_the_context(tmp_path, tiny_dir, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"id": "t0", "category": "c", "prompt": "Say"}))
+    assert main(["distill-data", "--prompts", str(prompts), "--out", str(tmp_path / "d"), "--model", str(tiny_dir),
+                 "--dtype", "fp32", "--max-prompt-tokens", "384", "--max-new-tokens", "400"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "exceeds the model's context of 512" in err and not (tmp_path / "d").exists()
+
+
 def test_a_failed_distill_data_run_leaves_its_folder_usable(tmp_path, tiny_dir, capsys):
     """A run refused once the model is loaded (--top-k-probs beyond the vocabulary) writes no manifest, so the
     same --out then takes a good run: it is not held to the failed run's parameters."""

@@ -99,7 +99,7 @@ def run_bench(target: Target, engines: dict[str, tuple[Engine, int]], prompts, c
         runs.append(row)
     methods = [m for m in runs[0] if not m.startswith("_")]
     results = []
-    for category in ["all"] + sorted({r["_category"] for r in runs}):
+    for category in ["all"] + sorted({r["_category"] for r in runs} - {"all"}):   # (uncategorized: "all" only)
         subset = [r for r in runs if category == "all" or r["_category"] == category]
         for m in methods:
             row = summarise(subset, m, category, cfg.sampling.greedy)

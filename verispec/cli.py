@@ -346,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
             from .model.loader import resolve
             print(resolve(args.model))
             return 0
-    except VerispecError as e:
-        print(f"verispec: error: {e}", file=sys.stderr)
+    except VerispecError as e:          # one line, whatever the message quotes (PyTorch's own span lines)
+        print(f"verispec: error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     except OSError as e:            # a file or folder the user named cannot be read or written
         where = f": {e.filename}" if e.filename else ""

@@ -40,6 +40,15 @@ def one_token_pass(model: Llama, context: int = 256):
 
 
 @torch.inference_mode()
+def check_room(model: Llama, context: int, rows: int) -> None:
+    """A one-line error, before any timing, where `context` cached tokens plus a pass of `rows` rows (and its
+    root) do not fit the model's context."""
+    from .errors import VerispecError
+    if context < 1 or context + rows + 1 > model.cfg.max_position:
+        raise VerispecError(f"--context {context} plus a pass of {rows} rows does not fit the model's context of "
+                            f"{model.cfg.max_position} tokens")
+
+
 def cost_curve(model: Llama, ns: list[int], context: int = 256, repeats: int = 7) -> dict[int, float]:
     """Median seconds of one forward (+ logits) over n new tokens after `context` cached tokens, for each n."""
     return verify_times(model, ns, [], context, repeats)[0]

@@ -65,10 +65,11 @@ def checks(model, rows: int) -> list[tuple[str, bool]]:
         tree = model.logits(model(tree_tokens, (40 + torch.arange(n).repeat_interleave(2))[None], c, full))[0]
         out.append((f"a {2 * n}-node tree's path equals plain decoding", torch.equal(tree[::2], plain[:n])))
         caches = [fresh(), fresh()]
-        packed = model.forward_packed([(tokens[:, :5], torch.arange(40, 45)[None], caches[0], None),
+        m = min(rows, 5)
+        packed = model.forward_packed([(tokens[:, :m], torch.arange(40, 40 + m)[None], caches[0], None),
                                        (tokens[:, :1], torch.tensor([[40]]), caches[1], None)])
         out.append(("a packed batch of two sequences equals each alone",
-                    torch.equal(model.logits(packed[0])[0], plain[:5])
+                    torch.equal(model.logits(packed[0])[0], plain[:m])
                     and torch.equal(model.logits(packed[1])[0], plain[:1])))
     return out
 

@@ -25,6 +25,7 @@ def atomic_dir(dest: Path):
     tmp.chmod(0o755)
     try:
         yield tmp
+        (tmp / MARK).write_text("a folder verispec wrote: `--force` may replace it\n")
         for f in tmp.rglob("*"):                 # files some writers create 0600; give them the usual mode
             if f.is_file():
                 f.chmod(0o666 & ~_umask())
@@ -40,10 +41,13 @@ def atomic_dir(dest: Path):
         raise
 
 
+MARK = ".verispec"          # in every folder `atomic_dir` writes (drafts, heads, exports): what --force may replace
+
+
 def check_new_folder(dest, force: bool = False) -> None:
     """Refuse, in one line and before any work, a folder to be written at `dest` where it would replace what a user
-    made: a file; a folder that is not empty, unless `force`; with `force`, a folder without a config.json (every
-    folder verispec writes, drafts, heads and their exports, holds one)."""
+    made: a file; a folder that is not empty, unless `force`; with `force`, a folder verispec did not write (without
+    its MARK: a model folder with a config.json of its own is the user's)."""
     dest, where = Path(dest), Path(dest).resolve()
     if not str(dest).strip() or where == Path.cwd().resolve() or where.parent == where:
         raise VerispecError(f"name a new folder to write, not {str(dest)!r}")
@@ -52,8 +56,9 @@ def check_new_folder(dest, force: bool = False) -> None:
     if dest.is_dir() and any(dest.iterdir()):
         if not force:
             raise VerispecError(f"{dest} exists: pass --force to replace it, or name another folder")
-        if not (dest / "config.json").is_file():
-            raise VerispecError(f"{dest} holds no config.json: verispec replaces only a folder it wrote")
+        if not (dest / MARK).is_file():
+            raise VerispecError(f"{dest} holds no {MARK} file: verispec replaces only a folder it wrote (delete it "
+                                "yourself to reuse the name)")
 
 
 def refuse_folder(dest) -> None:

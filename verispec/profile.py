@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from .autok import CostProfile
-from .costs import cost_curve, one_token_pass, verify_times
+from .costs import check_room, cost_curve, one_token_pass, verify_times
 from .theory import expected_tokens, monotone_curve, speedup, truncated_geometric
 
 
@@ -269,6 +269,7 @@ def cmd_profile(args) -> int:
     if any(was[k] != this[k] for k in was):
         raise VerispecError(f"{path} is the profile of {was.get('model', '?')} in {was.get('dtype', '?')} on "
                             f"{was.get('device', '?')}, not of this run's: name another --out")
+    check_room(model, args.context, 64)                              # trees of up to 64 nodes are timed
     engines = {"plain": (Engine(model), 1)}
     for m in methods:               # bad methods and drafts fail here, before any measuring
         engines[m] = (Engine(model, make_proposer(m, target, args.draft, args.ngram_max)), args.k)

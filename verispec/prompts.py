@@ -44,6 +44,7 @@ def load_prompts(paths: list[str | Path]) -> list[Prompt]:
                 text = row["prompt"]
                 if not isinstance(text, str) or not text.strip():
                     raise ValueError("'prompt' must be a non-empty string")
+                text.encode("utf-8")          # a "\\ud800" escape: not valid Unicode (UnicodeEncodeError)
             except (ValueError, KeyError, TypeError) as e:
                 what = "missing 'prompt' field" if isinstance(e, KeyError) else str(e)
                 raise VerispecError(f"{path}:{n}: malformed prompt line ({what})") from None

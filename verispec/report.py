@@ -134,7 +134,7 @@ def cmd_report(args) -> int:
 
 def _report(args, out, ks, methods, temperatures, prompts) -> int:
     from .api import Target, make_engine
-    from .costs import cost_curve
+    from .costs import check_room, cost_curve
     from .theory import monotone_curve
     from .plots import write_plots
     from .profile import draft_cost, tree_costs
@@ -145,6 +145,9 @@ def _report(args, out, ks, methods, temperatures, prompts) -> int:
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, seed=args.seed,
                            stop_token_ids=target.tokenizer.stop_token_ids, k_max=max(ks))
 
+    check_room(model, args.context, max(64 if args.trees else 0, 16, max(ks) + 1))
+    for m in methods:                     # bad methods and drafts fail here, before any measuring
+        make(m)
     print("cost curve ...", flush=True)
     t = cost_curve(model, list(range(1, max(16, max(ks) + 1) + 1)), args.context, args.repeats)
     raw = {n: v / t[1] for n, v in t.items()}

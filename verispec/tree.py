@@ -101,6 +101,12 @@ def _cut(choices: tuple[tuple[int, ...], ...], depth: int) -> TokenTree:
     return build_tree([c for c in choices if len(c) <= depth])
 
 
+def check_ranks(tree: TokenTree, ranked: int, who: str) -> None:
+    """A one-line error where a tree asks for a choice rank past the `ranked` tokens a proposer ranks."""
+    if max(tree.widths, default=0) > ranked:
+        raise VerispecError(f"the tree asks for rank {max(tree.widths) - 1}, and {who} ranks {ranked} tokens")
+
+
 def chain(k: int) -> TokenTree:
     """The linear tree: k first choices in a row."""
     return build_tree([(0,) * d for d in range(1, k + 1)])

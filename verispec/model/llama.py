@@ -7,6 +7,7 @@ verification (positions = depth, mask = ancestry), so no decoding strategy needs
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -40,6 +41,12 @@ class LlamaConfig:
         return self.hidden_size // self.num_heads
 
     def __post_init__(self):
+        if min(self.vocab_size, self.hidden_size, self.intermediate_size, self.num_layers, self.num_heads,
+               self.num_kv_heads, self.max_position) < 1:
+            raise ValueError("vocab_size, the widths, the layer and head counts and the context must be >= 1")
+        if not (0 < self.rope_theta < math.inf and 0 < self.rms_eps < math.inf):
+            raise ValueError(f"rope_theta and rms_norm_eps must be > 0 and finite, got {self.rope_theta} and "
+                             f"{self.rms_eps}")
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
             raise ValueError("hidden_size must divide by num_heads, and num_heads by num_kv_heads")
         if self.head_tokens and (self.tie_embeddings or self.head_tokens > self.vocab_size):
@@ -60,12 +67,23 @@ class LlamaConfig:
             raise ValueError(f"unsupported model_type {kind!r}: only Llama and Qwen2 models")
         if kind == "qwen2":                     # Qwen2: biases on q, k and v, always
             hf = {**hf, "attention_bias": True}
+        unsupported = [name for name, there in (
+            ("rope_scaling", hf.get("rope_scaling") or (hf.get("rope_parameters") or {}).get("rope_type", "default")
+             not in ("default", None)),
+            (f"hidden_act {hf.get('hidden_act')!r}", hf.get("hidden_act", "silu") != "silu"),
+            ("mlp_bias", bool(hf.get("mlp_bias"))),
+            ("use_sliding_window", bool(hf.get("use_sliding_window"))),
+            (f"head_dim {hf.get('head_dim')} (not hidden_size / num_attention_heads)",
+             hf.get("head_dim") not in (None, hf.get("hidden_size", 0) // max(1, hf.get("num_attention_heads", 1)))))
+            if there]
+        if unsupported:                         # loading would run another model than the file's, silently
+            raise ValueError(f"this model uses what verispec does not implement: {', '.join(unsupported)}")
         rope = hf.get("rope_parameters") or {}
         hf = {**hf, "rope_theta": hf.get("rope_theta", rope.get("rope_theta", 10000.0))}
         if hf.get("num_key_value_heads") is None:
             hf["num_key_value_heads"] = hf["num_attention_heads"]
         known = {f.name for f in fields(cls)}
-        return cls(**{ours: type(getattr(cls, ours))(hf[theirs]) for ours, theirs in cls._HF.items()
+        return cls(**{ours: _typed(theirs, hf[theirs], type(getattr(cls, ours))) for ours, theirs in cls._HF.items()
                       if ours in known and theirs in hf})
 
     def to_hf(self) -> dict:
@@ -75,6 +93,17 @@ class LlamaConfig:
 
     def to_json(self) -> str:
         return json.dumps(self.to_hf(), indent=2)
+
+
+def _typed(key: str, value, kind: type):
+    """A config.json value as the field's type, where it is one: "false" is no bool, 4.9 heads no integer."""
+    ok = (isinstance(value, bool) if kind is bool else
+          isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer()
+          if kind is int else isinstance(value, (int, float)) and not isinstance(value, bool))
+    if not ok:
+        what = "true or false" if kind is bool else "an integer" if kind is int else "a number"
+        raise ValueError(f"{key} must be {what}, got {value!r}")
+    return kind(value)
 
 
 def rotary(cos: torch.Tensor, sin: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

@@ -48,7 +48,12 @@ def resolve(spec: str | os.PathLike | None, weights: bool = True) -> Path:
 
     def converted(path: Path, folder: Path) -> Path:
         if not (folder / "config.json").exists() or (weights and not list(folder.glob("*.safetensors"))):
-            convert_gguf(path, folder, weights)
+            try:
+                convert_gguf(path, folder, weights)
+            except (VerispecError, OSError, KeyboardInterrupt):
+                raise
+            except Exception as e:       # metadata of the wrong type or size, a tensor that cannot be unpacked
+                raise VerispecError(f"cannot read GGUF file {path}: {type(e).__name__}: {e}") from None
         elif not (folder / "source.json").exists():              # a folder converted by an older verispec
             with atomic_file(folder / "source.json") as f:
                 f.write(json.dumps({"gguf": str(path.resolve())}))
@@ -70,6 +75,10 @@ def resolve(spec: str | os.PathLike | None, weights: bool = True) -> Path:
 
 def fuse_hf_state(hf: dict[str, torch.Tensor], cfg: LlamaConfig) -> dict[str, torch.Tensor]:
     """Hugging Face Llama tensor names -> ours (q/k/v and gate/up fused into one matrix each)."""
+    beyond = sorted({int(k.split(".")[2]) for k in hf if k.startswith("model.layers.") and k.split(".")[2].isdigit()
+                     and int(k.split(".")[2]) >= cfg.num_layers})
+    if beyond:                      # layers the config does not count: decoding without them is another model
+        raise VerispecError(f"the weights hold layer {beyond[0]}, and the config says {cfg.num_layers} layers")
     out = {"embed.weight": hf["model.embed_tokens.weight"], "norm.weight": hf["model.norm.weight"]}
     out["lm_head.weight"] = out["embed.weight"] if cfg.tie_embeddings else hf["lm_head.weight"]
     if cfg.head_tokens:

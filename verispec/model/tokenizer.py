@@ -19,9 +19,14 @@ class Tokenizer:
             self._tok = HFTokenizer.from_file(str(Path(folder) / "tokenizer.json"))
             cfg_path = Path(folder) / "tokenizer_config.json"
             self.config = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
+            if not isinstance(self.config, dict):
+                raise ValueError("tokenizer_config.json must hold a JSON object")
+            eos_token_ids = [i for i in eos_token_ids if i is not None]           # (a config's null)
+            if not all(type(i) is int for i in eos_token_ids):
+                raise ValueError(f"eos_token_id must be token ids, got {eos_token_ids!r}")
         except Exception as e:
             raise VerispecError(f"cannot load tokenizer from {folder}: {e}") from None
-        self.chat_template = self.config.get("chat_template")
+        self.chat_template = default_template(self.config.get("chat_template"))
         self._template = None                       # compiled on first use
         self._as_text = None                        # a copy that reads special tokens' names as text (on first use)
         specials = sorted((t.content for t in self._tok.get_added_tokens_decoder().values() if t.special),
@@ -43,7 +48,7 @@ class Tokenizer:
         return self._tok.get_vocab(with_added_tokens=True)
 
     def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
+        return self._tok.encode(checked(text), add_special_tokens=False).ids
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
@@ -57,11 +62,16 @@ class Tokenizer:
         assistant's reply."""
         if not self.chat_template:
             raise VerispecError("this model has no chat template; pass --no-chat")
-        if self._template is None:
-            self._template = compile_template(self.chat_template)
-        return self._template.render(messages=messages, add_generation_prompt=True,
-                                     bos_token=self.config.get("bos_token", ""),
-                                     eos_token=self.config.get("eos_token", ""))
+        from jinja2 import TemplateError
+        try:
+            if self._template is None:
+                self._template = compile_template(self.chat_template)
+            return self._template.render(messages=messages, add_generation_prompt=True,
+                                         bos_token=self.config.get("bos_token", ""),
+                                         eos_token=self.config.get("eos_token", ""))
+        except (TemplateError, TypeError, ValueError, AttributeError, IndexError, KeyError) as e:
+            raise VerispecError(f"the model's chat template failed: {type(e).__name__}: {e} (or pass --no-chat)") \
+                from None
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
         """The token ids of a conversation rendered for the assistant's reply. Messages are text: a special token's
@@ -76,8 +86,8 @@ class Tokenizer:
             typed.append(m.group(0))
             return f"\ue000{len(typed) - 1}\ue001"
         hider = re.compile(self._specials.pattern + "|\ue000")    # the placeholder's own mark is hidden too
-        rendered = self.render_chat([{**m, "content": hider.sub(hide, m["content"])}
-                                     if isinstance(m.get("content"), str) else m for m in messages])
+        rendered = checked(self.render_chat([{**m, "content": hider.sub(hide, m["content"])}
+                                             if isinstance(m.get("content"), str) else m for m in messages]))
         if self._as_text is None:                                   # (set only once it reads names as text)
             from tokenizers import Tokenizer as HFTokenizer
             as_text = HFTokenizer.from_str(self._tok.to_str())
@@ -100,6 +110,26 @@ class Tokenizer:
         if not prompt.strip():
             raise VerispecError("the prompt is empty")
         return self.chat_ids([{"role": "user", "content": prompt}]) if chat else self.encode(prompt)
+
+
+def default_template(template):
+    """The chat template of a tokenizer config: a string, or Hugging Face's list of named templates (the one named
+    "default"); anything else is no template."""
+    if isinstance(template, list):
+        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"),
+                        None)
+    return template if isinstance(template, str) else None
+
+
+def checked(text: str) -> str:
+    """`text`, if it is valid Unicode; else a one-line error (a lone surrogate: what undecodable bytes on a command
+    line or a JSON "\\ud800" escape become), where the tokenizer would raise a TypeError."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise VerispecError(f"the text is not valid Unicode: {e.reason} at character {e.start} "
+                            f"({text[max(0, e.start - 20):e.start]!r} before it)") from None
+    return text
 
 
 def compile_template(source: str):

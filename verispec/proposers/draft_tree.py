@@ -13,7 +13,7 @@ import torch
 
 from ..model.host import upload
 from ..sampling import SamplingConfig
-from ..tree import TokenTree, topk_per_depth
+from ..tree import TokenTree, check_ranks, topk_per_depth
 from .base import Proposal
 from .draft_model import DraftModelProposer
 from .ngram import LookupRates, lookup_first
@@ -29,6 +29,7 @@ class DraftTreeProposer(DraftModelProposer):
     def __init__(self, model, tree: TokenTree | None = None, graft: int = 0):
         super().__init__(model)
         self.tree = tree or topk_per_depth(list(DEFAULT_WIDTHS))
+        check_ranks(self.tree, model.cfg.head_tokens or model.cfg.vocab_size, "the draft")
         self.width = max(self.tree.widths)                                 # children per node, at most
         self.graft, self.max_nodes = graft, self.tree.size + graft        # graft: the longest n-gram path
         self.lookup = LookupRates(graft)                                   # how far this request's paths hold

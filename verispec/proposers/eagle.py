@@ -33,7 +33,7 @@ from ..model.eagle import EagleHead
 from ..model.host import upload
 from ..model.rows import kv_bytes_per_token
 from ..sampling import SamplingConfig
-from ..tree import TokenTree, build_tree, expected_accepted, tree_from_acceptance
+from ..tree import TokenTree, build_tree, check_ranks, expected_accepted, tree_from_acceptance
 from .base import Proposal, Proposer, top_choices, widen
 from .eagle_graph import DraftGraph, chain_draft, dynamic_draft, eager_pass, plan_static, static_draft
 from .ngram import LookupRates, lookup_first
@@ -58,6 +58,8 @@ class EagleProposer(Proposer):
         self.head, self.mode = head, mode
         self.ids = head.head_ids.tolist()                    # the head's tokens, on the host (no device reads)
         self.tree = tree if mode == "static" else None       # the engine's static tree (None: chain or dynamic)
+        if self.tree is not None:
+            check_ranks(self.tree, len(self.ids), "the EAGLE head")
         self.makes_trees = mode != "chain"
         if graft and mode == "chain":
             raise ValueError("an n-gram path is grafted onto EAGLE trees, not chains")

@@ -19,7 +19,7 @@ import torch
 from ..model.host import upload
 from ..model.medusa import MedusaHeads
 from ..sampling import SamplingConfig
-from ..tree import TokenTree, expected_accepted, tree_from_acceptance
+from ..tree import TokenTree, check_ranks, expected_accepted, tree_from_acceptance
 from .base import Proposal, Proposer, top_indices
 from .ngram import LookupRates, lookup_first
 
@@ -44,6 +44,7 @@ class MedusaProposer(Proposer):
                  graft: int = 0):
         if tree.depth > heads.num_heads:
             raise ValueError(f"a tree {tree.depth} deep needs {tree.depth} heads, these have {heads.num_heads}")
+        check_ranks(tree, len(heads.head_ids), "each Medusa head")
         self.heads, self.tree = heads, tree
         # E[accepted tokens per cycle] at temperature 0, from the heads' measured accuracy (for the cost model)
         self.expected_accepted = None if acceptance is None else expected_accepted(tree, acceptance)

@@ -25,6 +25,9 @@ def cmd_serve(args) -> int:
         raise VerispecError(f"--port must be in 0..65535, got {args.port}")
     if args.prefill_chunk < 0:
         raise VerispecError(f"--prefill-chunk must be >= 0, got {args.prefill_chunk}")
+    if args.api_key is not None and not args.api_key.strip():     # an empty key would serve with none
+        raise VerispecError("--api-key (or $VERISPEC_API_KEY) is empty: give a key, or leave both unset to serve "
+                            "without one")
     from .limits import Limits
     limits = Limits(args.max_model_len, args.max_tokens, args.max_waiting, args.kv_cache_mb, args.max_k,
                     args.max_body_bytes, prefix_cache_mb=args.prefix_cache_mb)    # checked before the model loads

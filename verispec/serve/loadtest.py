@@ -138,8 +138,8 @@ def cmd_loadtest(args) -> int:
     from ..files import atomic_file
     from ..prompts import load_prompts
     args.prompts = args.prompts or dev_prompts()
-    if args.clients < 1 or args.duration <= 0 or args.max_tokens < 1:
-        raise VerispecError("--clients and --max-tokens must be >= 1 and --duration > 0")
+    if args.clients < 1 or not 0 < args.duration <= 86400 or args.max_tokens < 1:
+        raise VerispecError("--clients and --max-tokens must be >= 1 and --duration in (0, 86400] seconds")
     if args.faults:
         from .faults import cmd_faults
         return cmd_faults(args)

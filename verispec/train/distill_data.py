@@ -79,6 +79,9 @@ def cmd_distill_data(args) -> int:
             raise VerispecError(f"{out} holds data made with other parameters ({', '.join(diff)}); "
                                 "use the same parameters to resume, or another --out")
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
+    if args.max_prompt_tokens + args.max_new_tokens > target.model.cfg.max_position:
+        raise VerispecError(f"--max-prompt-tokens plus --max-new-tokens ({args.max_prompt_tokens} + "
+                            f"{args.max_new_tokens}) exceeds the model's context of {target.model.cfg.max_position}")
     if args.top_k_probs > target.model.cfg.vocab_size:
         raise VerispecError(f"--top-k-probs must be at most the vocabulary ({target.model.cfg.vocab_size}), "
                             f"got {args.top_k_probs}")

@@ -80,6 +80,8 @@ def cmd_train_eagle(args) -> int:
     width = 1 if args.intermediate is None else args.intermediate
     if min(args.steps, args.batch, args.unroll, width) < 1:     # --eval-every, --head-tokens, --noise: typed flags
         raise VerispecError("need --steps, --batch, --unroll, --intermediate >= 1")
+    if args.unroll > 16:                                        # (a draft is never that deep; nor are short answers)
+        raise VerispecError(f"--unroll must be at most 16, got {args.unroll}")
     if args.stop_at is not None and not 1 <= args.stop_at <= args.steps:
         raise VerispecError(f"--stop-at must be between 1 and --steps ({args.steps}), got {args.stop_at}")
     taps, final = parse_layers(args.feature_layers)

@@ -54,8 +54,8 @@ def model_card(args, info: str, acc: list[list[float]], trees: dict, wall_s: flo
 
 def cmd_train_medusa(args) -> int:
     from tqdm import tqdm
-    if args.heads < 1 or args.steps < 1 or args.batch < 1:         # --eval-every: a typed flag
-        raise VerispecError("need --heads, --steps and --batch >= 1")
+    if not 1 <= args.heads <= 32 or args.steps < 1 or args.batch < 1:      # --eval-every: a typed flag
+        raise VerispecError("need --heads in 1..32, --steps and --batch >= 1")
     train, held, target, tok, work = start_run(args)
     feature_settings = data_settings(args)
     settings = {**feature_settings, "heads": args.heads, "head_tokens": args.head_tokens, "steps": args.steps,
