@@ -104,6 +104,13 @@ def test_distill_data_resumes_and_refuses_other_parameters(tmp_path, tiny_dir, c
     assert sorted(out.glob("shard-*.pt")) == shards and shards[0].read_bytes() == first
     assert main(args[:-4] + ["--max-new-tokens", "7", "--top-k-probs", "4", "--dtype", "fp32"]) == 2
     assert "other parameters" in capsys.readouterr().err
+    shards[-1].write_bytes(b"junk")                # not a shard distill-data wrote: refused, not skipped
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "is not a shard distill-data wrote" in err and err.count("\n") == 1
+    shards[-1].unlink()
+    assert main(args) == 0 and sorted(out.glob("shard-*.pt")) == shards
+    capsys.readouterr()
     prompts.write_text(prompts.read_text().replace("Say 3 things", "Say three things"))   # same name, other prompts
     assert main(args) == 2
     err = capsys.readouterr().err

@@ -90,6 +90,10 @@ def cmd_distill_data(args) -> int:
             json.dump(manifest, f, indent=1)
     tok = target.tokenizer
     todo = [i for i in range(len(batches)) if not (out / f"shard-{i:05d}.pt").exists()]
+    for path in sorted(out.glob("shard-*.pt")):      # finished shards are written atomically: anything else is not one
+        with open(path, "rb") as f:
+            if f.read(4) != b"PK\x03\x04":         # (torch.save's zip archive)
+                raise VerispecError(f"{path} is not a shard distill-data wrote: delete it, and this run redoes it")
     total = sum(len(b) for b in batches)
     bar = tqdm(total=total, initial=total - sum(len(batches[i]) for i in todo), unit="prompt",
                desc="distill-data", file=sys.stderr)
