@@ -39,7 +39,6 @@ def one_token_pass(model: Llama, context: int = 256):
     return run
 
 
-@torch.inference_mode()
 def check_room(model: Llama, context: int, rows: int) -> None:
     """A one-line error, before any timing, where `context` cached tokens plus a pass of `rows` rows (and its
     root) do not fit the model's context."""
@@ -49,6 +48,7 @@ def check_room(model: Llama, context: int, rows: int) -> None:
                             f"{model.cfg.max_position} tokens")
 
 
+@torch.inference_mode()
 def cost_curve(model: Llama, ns: list[int], context: int = 256, repeats: int = 7) -> dict[int, float]:
     """Median seconds of one forward (+ logits) over n new tokens after `context` cached tokens, for each n."""
     return verify_times(model, ns, [], context, repeats)[0]

@@ -146,15 +146,14 @@ def _report(args, out, ks, methods, temperatures, prompts) -> int:
                            stop_token_ids=target.tokenizer.stop_token_ids, k_max=max(ks))
 
     check_room(model, args.context, max(64 if args.trees else 0, 16, max(ks) + 1))
-    for m in methods:                     # bad methods and drafts fail here, before any measuring
-        make(m)
+    first = {m: make(m) for m in methods}  # bad methods and drafts fail here, before any measuring
     print("cost curve ...", flush=True)
     t = cost_curve(model, list(range(1, max(16, max(ks) + 1) + 1)), args.context, args.repeats)
     raw = {n: v / t[1] for n, v in t.items()}
     curve = monotone_curve(raw)           # predictions use the physical (non-decreasing, >= 1) curve
     trees = tree_costs(model, [4, 8, 16, 32, 64], args.context, args.repeats) if args.trees else {}
     ctx = target.tokenizer.prompt_ids(prompts[0].prompt, chat)
-    isolated = {m: draft_cost(make(m), ctx + ctx[-8:]) / t[1] for m in methods}
+    isolated = {m: draft_cost(first[m], ctx + ctx[-8:]) / t[1] for m in methods}
     costs = dict(isolated)                # replaced by the in-situ cost measured in the k sweep
     print("k sweep at temperature 0 ...", flush=True)
     sweep = k_sweep(target, make, methods, ks, prompts, cfg, chat, costs, curve)

@@ -97,12 +97,13 @@ class LlamaConfig:
 
 def _typed(key: str, value, kind: type):
     """A config.json value as the field's type, where it is one: "false" is no bool, 4.9 heads no integer."""
-    ok = (isinstance(value, bool) if kind is bool else
-          isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and value.is_integer()
-          if kind is int else isinstance(value, (int, float)) and not isinstance(value, bool))
-    if not ok:
-        what = "true or false" if kind is bool else "an integer" if kind is int else "a number"
-        raise ValueError(f"{key} must be {what}, got {value!r}")
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is bool and not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    if kind is int and not (number and (isinstance(value, int) or value.is_integer())):
+        raise ValueError(f"{key} must be an integer, got {value!r}")
+    if kind is float and not number:
+        raise ValueError(f"{key} must be a number, got {value!r}")
     return kind(value)
 
 

@@ -29,11 +29,11 @@ class Tokenizer:
         self.chat_template = default_template(self.config.get("chat_template"))
         self._template = None                       # compiled on first use
         self._as_text = None                        # a copy that reads special tokens' names as text (on first use)
-        specials = sorted((t.content for t in self._tok.get_added_tokens_decoder().values() if t.special),
-                          key=len, reverse=True)
+        added = [t for t in self._tok.get_added_tokens_decoder().values() if t.special]
+        specials = sorted((t.content for t in added), key=len, reverse=True)
         self._specials = re.compile("|".join(map(re.escape, specials))) if specials else None
-        self._strips = {t.content: (t.lstrip, t.rstrip) for t in self._tok.get_added_tokens_decoder().values()
-                        if t.special and (t.lstrip or t.rstrip)}   # markers that eat the whitespace beside them
+        self._strips = {t.content: (t.lstrip, t.rstrip) for t in added
+                        if t.lstrip or t.rstrip}                  # markers that eat the whitespace beside them
         stops = set(eos_token_ids)
         for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "</s>"):
             if (i := self._tok.token_to_id(name)) is not None:
@@ -162,11 +162,14 @@ class StreamDecoder:
         self.tokenizer, self.ids = tokenizer, []
         self.prefix = self.read = 0              # ids[prefix:read] decoded already; ids[read:] not yet returned
 
+    def _window(self) -> tuple[str, str]:
+        """The window's text as returned so far, and with every id pushed."""
+        decode = self.tokenizer.decode
+        return decode(self.ids[self.prefix:self.read]), decode(self.ids[self.prefix:])
+
     def push(self, ids: list[int]) -> str:
         self.ids.extend(ids)
-        decode = self.tokenizer.decode
-        before = decode(self.ids[self.prefix:self.read])
-        text = decode(self.ids[self.prefix:])
+        before, text = self._window()
         if len(text) <= len(before) or text.endswith("\ufffd"):
             return ""                            # nothing new yet, or an incomplete UTF-8 sequence: wait
         self.prefix, self.read = max(0, len(self.ids) - self.CONTEXT), len(self.ids)
@@ -175,7 +178,6 @@ class StreamDecoder:
     def flush(self) -> str:
         """The text held back at the end of the output (an incomplete UTF-8 sequence, as U+FFFD, the way decoding
         the whole output gives it), so that the pushed pieces and this add up to that decode."""
-        decode = self.tokenizer.decode
-        before, text = decode(self.ids[self.prefix:self.read]), decode(self.ids[self.prefix:])
+        before, text = self._window()
         self.prefix = self.read = len(self.ids)
         return text[len(before):]
