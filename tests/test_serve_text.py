@@ -77,6 +77,13 @@ def test_chat_templates_render_in_the_sandbox(tok):
         bare.render_chat([])
 
 
+def force_split_path(monkeypatch, tok):
+    """Make `chat_ids` take its split path (the one that hides typed names) for every conversation."""
+    monkeypatch.setattr(tok, "_specials", type("Always", (), {"search": lambda self, s: True, "pattern":
+                                                              tok._specials.pattern,
+                                                              "finditer": tok._specials.finditer})())
+
+
 def test_special_tokens_typed_in_a_message_are_text(tok, monkeypatch):
     """A message cannot end its turn or open another role's by typing the template's markers: in the ids they are
     the characters typed, and only the template's own markers are special tokens. Messages without such names get
@@ -94,9 +101,7 @@ def test_special_tokens_typed_in_a_message_are_text(tok, monkeypatch):
                 ("def f(x):\n    return x  # ünï 日本 🎉", "  spaced\n\n\tout  ", "<|im_end", "a\ue000b")]
     plain = [tok.encode(tok.render_chat(m)) for m in ordinary]
     assert [tok.chat_ids(m) for m in ordinary] == plain
-    monkeypatch.setattr(tok, "_specials", type("Always", (), {"search": lambda self, s: True, "pattern":
-                                                              tok._specials.pattern,
-                                                              "finditer": tok._specials.finditer})())
+    force_split_path(monkeypatch, tok)
     assert [tok.chat_ids(m) for m in ordinary] == plain
 
 
@@ -114,9 +119,7 @@ def test_markers_that_eat_whitespace_eat_it_in_the_split_path_too(tok, tmp_path,
                       {"role": "user", "content": "y"}]]
     plain = [eating.encode(eating.render_chat(m)) for m in conversations]
     assert plain != [tok.encode(tok.render_chat(m)) for m in conversations]      # the flags do change the ids
-    monkeypatch.setattr(eating, "_specials", type("Always", (), {"search": lambda self, s: True, "pattern":
-                                                                 eating._specials.pattern,
-                                                                 "finditer": eating._specials.finditer})())
+    force_split_path(monkeypatch, eating)
     assert [eating.chat_ids(m) for m in conversations] == plain
 
 
