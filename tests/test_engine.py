@@ -72,7 +72,7 @@ def test_ngram_greedy_equals_plain_with_auto_k(target_fp32, plain_outputs):
 def test_self_draft_accepts_everything_and_earns_bonus_tokens(target_fp32, plain_outputs):
     model, tok = target_fp32
     drafted, accepted = check_greedy_equal(model, tok, DraftModelProposer(model), plain_outputs[:3], k=5)
-    assert accepted == drafted > 0
+    assert 0 < accepted <= drafted < accepted + 3 * 5    # uncounted: only drafts past a stop token (one cycle each)
 
 
 def test_seeded_sampling_is_reproducible_and_seed_dependent(target_fp32, truncated_draft_dir):
@@ -112,6 +112,34 @@ def test_statistics_add_up(target_fp32):
     assert abs(s["mean_accepted_tokens"] * (s["target_passes"] - 1) - (40 - 1)) < 1e-9
     assert s["checked_tokens"] <= s["drafted_tokens"]
     assert s["time_total_s"] >= s["time_draft_s"] + s["time_verify_s"]
+
+
+def test_statistics_count_no_draft_past_a_stop_token(target_fp32):
+    """A draft of the model itself accepts all 8 tokens a cycle; the cycle that meets the stop token counts only
+    the drafts up to it: every counted accepted draft is an output token (or the stop token itself)."""
+    model, tok = target_fp32
+    g = Engine(model, DraftModelProposer(model)).generate(tok.prompt_ids("Say hi."), GenerationConfig(
+        max_new_tokens=200, k=8, stop_token_ids=tok.stop_token_ids))
+    s, cycles = g.stats, g.stats.target_passes - 1
+    assert g.finish_reason == "stop" and cycles > 0
+    produced = len(g.token_ids)                      # the stop token counted, the prefill's token not
+    assert produced - cycles <= s.accepted_tokens <= produced - cycles + 1
+    assert s.acceptance_rate == 1.0 and s.accepted_tokens == sum(s.accepted_by_position)
+
+
+def test_a_request_may_fill_the_context_with_speculation(tiny_dir):
+    """Prompt plus max-new-tokens may fill the model's context exactly, as with plain decoding: near the end a
+    chain shortens and a tree waits (decoded plainly), and the output is plain decoding's."""
+    from verispec.proposers.draft_tree import DraftTreeProposer
+    model, tok, _ = loader.load(tiny_dir, "fp32")
+    limit = model.cfg.max_position
+    ids = tok.encode("one" + " one" * 480)
+    cfg = GenerationConfig(max_new_tokens=limit - len(ids), k=6)
+    plain = Engine(model).generate(ids, cfg).token_ids
+    assert len(plain) == limit - len(ids)
+    for proposer in (NgramProposer(), DraftModelProposer(model), DraftTreeProposer(model)):
+        g = Engine(model, proposer).generate(ids, cfg)
+        assert g.token_ids == plain and g.stats.accepted_tokens > 0, proposer.name
 
 
 def test_prefix_reuse_gives_the_same_output(target_fp32):

@@ -113,11 +113,11 @@ class Sequence:
         limit = target.cfg.max_position
         if cfg.longest_draft + 1 > limit // 2:
             raise VerispecError(f"k = {cfg.longest_draft} is too large for a context of {limit} tokens")
-        spare = reserve(proposer, cfg.longest_draft)
-        self.capacity = len(prompt) + cfg.max_new_tokens + spare
-        if self.capacity > limit:
-            raise VerispecError(f"prompt ({len(prompt)} tokens) plus max-new-tokens ({cfg.max_new_tokens}) plus "
-                                f"{spare} for the widest pass exceeds the model's context of {limit} tokens")
+        if len(prompt) + cfg.max_new_tokens > limit:
+            raise VerispecError(f"prompt ({len(prompt)} tokens) plus max-new-tokens ({cfg.max_new_tokens}) "
+                                f"exceeds the model's context of {limit} tokens")
+        # room for the widest pass past the output; where the context ends sooner, drafts shrink (`draft_length`)
+        self.capacity = min(limit, len(prompt) + cfg.max_new_tokens + reserve(proposer, cfg.longest_draft))
         # proposers that draft from the target's own features (Medusa) hear the hidden states of kept positions
         self._observe = proposer.observe if proposer is not None and proposer.reads_features else None
         self.features: list[torch.Tensor] | None = None   # [] keeps every cached position's hidden states [m, D]
@@ -194,7 +194,13 @@ class Sequence:
             k = self.cfg.longest_draft
         else:       # a probe after idling makes a draft model catch up on the tokens it missed: auto k charges it
             k = self.auto.next_k(self.proposer.behind(self.context()), budget)    # (auto exists only with a proposer)
-        return min(k, budget - 1) if self.proposer is not None and budget > 1 and k > 0 else 0
+        if self.proposer is None or budget <= 1 or k <= 0:
+            return 0
+        k = min(k, budget - 1)
+        room = self.capacity - len(self.prompt) - len(self.out)     # rows a pass may verify past the newest token
+        if reserve(self.proposer, k) - 1 > room:         # the context's end is near: a chain shortens, a tree waits
+            k = 0 if self.proposer.makes_trees else room
+        return k
 
     def context(self) -> list[int]:
         return self.prompt + self.out
@@ -235,7 +241,8 @@ class Sequence:
         self.out.extend(accepted + [next_token])
         produced = self._emit(before)
         depth = proposal.size if proposal.tree is None else proposal.tree.depth
-        self.stats.record_cycle(proposal.size, len(accepted), produced, depth)
+        kept = min(len(accepted), produced)          # a stop token may end the output inside the accepted drafts
+        self.stats.record_cycle(proposal.size, kept, produced, depth, cut=kept < len(accepted))
         if self.auto is not None:
             self.auto.update(min(len(accepted) + 1, depth), len(accepted), proposal.size,
                              drafted=proposal.tree is not None)      # a lookup chain in a tree's place: no drafting

@@ -34,9 +34,12 @@ class GenerationStats:
     lossy: bool = False         # typical acceptance: output not distributed exactly as the target's
     _decode_emitted: int = 0
 
-    def record_cycle(self, drafted: int, accepted: int, emitted: int, depth: int | None = None) -> None:
+    def record_cycle(self, drafted: int, accepted: int, emitted: int, depth: int | None = None,
+                     cut: bool = False) -> None:
         """One decoding pass: `drafted` draft tokens (a chain of that length, or a tree of that many nodes and
-        the given depth), `accepted` of them kept, `emitted` tokens output."""
+        the given depth), `accepted` of them kept, `emitted` tokens output. cut: the output ended (a stop token)
+        inside the accepted drafts, after `accepted` of them: the positions past it count as neither checked nor
+        accepted."""
         self.target_passes += 1
         self.drafted_tokens += drafted
         self.accepted_tokens += accepted
@@ -48,7 +51,7 @@ class GenerationStats:
         if grow > 0:
             self.checked_by_position += [0] * grow
             self.accepted_by_position += [0] * grow
-        for i in range(min(accepted + 1, drafted)):  # positions 0..accepted were checked
+        for i in range(min(accepted + (not cut), drafted)):  # positions 0..accepted were checked
             self.checked_by_position[i] += 1
         for i in range(accepted):
             self.accepted_by_position[i] += 1

@@ -25,9 +25,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..api import METHODS, Target, engine_profile, make_proposer
 from ..engine import Sequence
 from ..errors import VerispecError
-from ..generation import GenerationConfig, longest_draft
+from ..generation import GenerationConfig
 from ..model.rows import kv_bytes_per_token
-from ..proposers.base import fork, reserve
+from ..proposers.base import fork
 from ..sampling import SamplingConfig
 from .batch import Batch
 from .errors import APIError, server_error, unavailable
@@ -107,12 +107,10 @@ class Server:
         self.limits.check_k(k)
         self.limits.check_stops(req.stops())
         proposer, k_max = self.proposer(method), min(K_MAX_AUTO, self.limits.max_k)
-        spare = reserve(proposer, longest_draft(k, k_max))               # rows past the output a pass may need
         asked = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens   # (0 too)
         max_tokens = self.limits.completion_tokens(asked, default_max,
                                                    len(prompt_ids), self.context,
-                                                   "messages" if isinstance(req, ChatRequest) else "prompt",
-                                                   max(0, self.context - self.target.model.cfg.max_position + spare))
+                                                   "messages" if isinstance(req, ChatRequest) else "prompt")
         seed = (req.seed + choice) % 2 ** 64 if req.seed is not None else int.from_bytes(os.urandom(4), "little")
         tok = self.target.tokenizer
         try:

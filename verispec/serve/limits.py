@@ -64,11 +64,10 @@ class Limits:
                            "stop")
 
     def completion_tokens(self, asked: int | None, default: int, prompt_tokens: int, context: int,
-                          prompt_param: str = "messages", reserved: int = 0) -> int:
+                          prompt_param: str = "messages") -> int:
         """The completion length of a request: `asked` (checked against the cap and the context), else `default`
-        cut to what the context leaves; `reserved`: the context's last tokens, kept for the passes that check
-        drafts (see `proposers.base.reserve`)."""
-        room = context - reserved - prompt_tokens
+        cut to what the context leaves (near its end, the passes that check drafts shrink: `Sequence.draft_length`)."""
+        room = context - prompt_tokens
         if asked is not None:
             if asked < 1:
                 raise APIError(400, f"max_tokens must be at least 1, got {asked}", "invalid_value", "max_tokens")
@@ -76,8 +75,7 @@ class Limits:
                 raise APIError(400, f"max_tokens is too large: {asked}; this server allows at most "
                                     f"{self.max_tokens} completion tokens", "invalid_value", "max_tokens")
         if room < 1 or (asked is not None and asked > room):
-            kept = f", {reserved} of them kept for the passes that check drafts" if reserved else ""
-            raise APIError(400, f"this server's context is {context} tokens{kept}; the request has {prompt_tokens} "
+            raise APIError(400, f"this server's context is {context} tokens; the request has {prompt_tokens} "
                                 f"prompt tokens and asks for {asked or 1} completion tokens",
                            "context_length_exceeded", prompt_param)
         return asked if asked is not None else min(default, self.max_tokens, room)
