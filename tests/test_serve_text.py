@@ -77,6 +77,32 @@ def test_chat_templates_render_in_the_sandbox(tok):
         bare.render_chat([])
 
 
+def test_chat_templates_cannot_make_huge_values(tok, tmp_path):
+    """A template (untrusted code from model files) that would build gigabytes, by an operator, a width or a loop,
+    gets one VerispecError at once; a conversation holding big numbers still renders as it should."""
+    import time
+    (tmp_path / "tokenizer.json").write_text(tok._tok.to_str())
+    hostile = ["{{ 'x' * 3000000000 }}", "{{ 3000000000 * 'x' }}", "{{ 'x' * 30 * 100000000 }}",
+               "{{ [1] * 3000000000 }}", "{{ 7 ** 999999999 }}", "{{ '%999999999s' % 'a' }}",
+               "{{ '%*s' % (999999999, 'a') }}", "{{ '{:>999999999}'.format('a') }}",
+               "{{ 'a'|center(999999999) }}", "{{ 'a'|indent(999999999, true) }}",
+               "{{ '%999999999d'|format(1) }}", "{{ 'a'.ljust(999999999) }}",
+               "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+               "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"]
+    for template in hostile:
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+        t0 = time.perf_counter()
+        with pytest.raises(VerispecError, match="the model's chat template failed"):
+            Tokenizer(tmp_path, []).render_chat([{"role": "user", "content": "hi"}])
+        assert time.perf_counter() - t0 < 10, template
+    big = "9" * 40 + " and %s {:>99999999}"
+    fine = "{% for m in messages %}{{ '<%s>'|format(m.content) }}{{ m.content * 2 }}{{ '%s'|format(m.content)|center(8) }}" \
+           "{% endfor %}"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": fine}))
+    assert Tokenizer(tmp_path, []).render_chat([{"role": "user", "content": big}]) == f"<{big}>{big}{big}{big}"
+    assert "9" * 40 in tok.render_chat([{"role": "user", "content": big}])
+
+
 def force_split_path(monkeypatch, tok):
     """Make `chat_ids` take its split path (the one that hides typed names) for every conversation."""
     monkeypatch.setattr(tok, "_specials", type("Always", (), {"search": lambda self, s: True, "pattern":
