@@ -9,10 +9,10 @@ from verispec.model.llama import Llama, LlamaConfig
 from verispec.tree import build_tree
 
 
-def tiny(seed=0) -> Llama:
+def tiny(seed=0, max_position=1024) -> Llama:
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
-                      num_kv_heads=2, max_position=1024)
+                      num_kv_heads=2, max_position=max_position)
     model = Llama(cfg).eval()
     with torch.no_grad():
         for p in model.parameters():
@@ -31,6 +31,14 @@ def test_capacity_leaves_room_for_the_largest_bucket():
         c = graphs.capacity(n)
         assert c >= n + graphs.ROOM and c % graphs.ROUND == 0
     assert [graphs.bucket(n) for n in (1, 16, 17, 64, 65, 129)] == [16, 16, 32, 64, 128, None]
+
+
+@torch.inference_mode()
+def test_a_huge_claimed_context_tables_a_bounded_rope():
+    """A file may claim a context of millions: the fixed-shape passes table RoPE up to TABLE_MAX positions, not
+    gigabytes at load (a pass past the table is left to the eager path, `GraphRunner.__call__`)."""
+    runner = graphs.GraphRunner(tiny(max_position=10 ** 6), capture=False)
+    assert len(runner.table) == graphs.TABLE_MAX < 10 ** 6
 
 
 @torch.inference_mode()

@@ -28,6 +28,7 @@ BUCKETS = (16, 32, 64, 128)     # rows per pass; more rows (a long prefill) run 
 ROOM = BUCKETS[-1]              # slots a cache keeps past its last token for padded rows
 ROUND = 512                     # cache capacities are rounded up to this (fewer distinct graphs)
 TABLE = 1 << 16                 # RoPE positions tabled at least (16 MB for the default model)
+TABLE_MAX = 1 << 18             # and at most, whatever context a file claims (later positions run eagerly)
 
 
 _everywhere = [False]           # tests: fixed-shape passes on the CPU too, uncaptured
@@ -154,7 +155,7 @@ class GraphRunner:
         self.passes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         # the RoPE table for every position a pass may use, now (graphs read it where it is; a draft may be asked
         # for positions past its own context, so past max_position too)
-        model.rope(torch.tensor([[max(model.cfg.max_position, TABLE) - 1]]))
+        model.rope(torch.tensor([[min(max(model.cfg.max_position, TABLE), TABLE_MAX) - 1]]))
         self.table = model._rope[0]
 
     def __call__(self, tokens, positions, cache, mask, embeds) -> torch.Tensor | None:
