@@ -1,13 +1,19 @@
 """Why `make run` shows the draft idle on the code prompt (issue 15, "never give up on a good draft"): the draft's
 auto-k state after each cycle, against a fixed k = 4, on that prompt (bf16, greedy, up to 96 new tokens).
+`summary` (session 58): the demo's summary prompt instead, against k = 2 and 4.
 
-    python bench/results/s57/scratch/draft_gate.py
+    python bench/results/s57/scratch/draft_gate.py [summary]
 """
+import sys
+
 from verispec.api import Speculator
+from verispec.demo import PROMPTS
 from verispec.engine import Sequence
 
 PROMPT = ("Add a docstring and type hints to this function, and return the whole function:\ndef mean(values):\n"
           "    total = 0\n    for v in values:\n        total += v\n    return total / len(values)")
+SUMMARY = sys.argv[1:] == ["summary"]
+PROMPT = PROMPTS[0] if SUMMARY else PROMPT
 spec = Speculator(method="draft", dtype="bf16")
 prof = spec.engine.profile
 print(f"draft c {prof.draft_cost.get('draft'):.3f} (this machine), prior alpha {prof.alpha.get('draft'):.3f}, "
@@ -24,7 +30,7 @@ def finish(self, step, *a, **kw):
 
 
 Sequence.finish = finish
-for k in ("auto", 4):
+for k in ("auto", 2, 4) if SUMMARY else ("auto", 4):
     trace.clear()
     r = spec.generate(PROMPT, max_new_tokens=96, k=k)
     s = r.stats
