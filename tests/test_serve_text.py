@@ -77,30 +77,43 @@ def test_chat_templates_render_in_the_sandbox(tok):
         bare.render_chat([])
 
 
-def test_chat_templates_cannot_make_huge_values(tok, tmp_path):
-    """A template (untrusted code from model files) that would build gigabytes, by an operator, a width or a loop,
-    gets one VerispecError at once; a conversation holding big numbers still renders as it should."""
+def test_chat_templates_that_build_huge_values_or_loop_fail_in_their_process(tok, tmp_path, monkeypatch):
+    """A template (untrusted code from model files) renders in a child process limited in memory and time: one that
+    would build gigabytes, by an operator, a join, a width or a doubling loop, or loops for minutes, or divides by
+    zero, is one VerispecError, and the next conversation renders again. Conversations holding big numbers, format
+    strings or text that escapes to many characters render as in the sandbox alone."""
     import time
+
+    from verispec.model import chat_template
+    monkeypatch.setattr(chat_template, "TIMEOUT_S", 3.0)
+    monkeypatch.setattr(chat_template, "MEMORY_BYTES", 512 << 20)
     (tmp_path / "tokenizer.json").write_text(tok._tok.to_str())
-    hostile = ["{{ 'x' * 3000000000 }}", "{{ 3000000000 * 'x' }}", "{{ 'x' * 30 * 100000000 }}",
-               "{{ [1] * 3000000000 }}", "{{ 7 ** 999999999 }}", "{{ '%999999999s' % 'a' }}",
-               "{{ '%*s' % (999999999, 'a') }}", "{{ '{:>999999999}'.format('a') }}",
-               "{{ 'a'|center(999999999) }}", "{{ 'a'|indent(999999999, true) }}",
-               "{{ '%999999999d'|format(1) }}", "{{ 'a'.ljust(999999999) }}",
+    hostile = ["{{ 'x' * 3000000000 }}", "{{ ((['x' * 1000000] * 3000)|join)|length }}",
+               "{{ (('x' * 3000)|replace('x', 'y' * 1000000))|length }}", "{{ ('\t' * 3000).expandtabs(1000000) }}",
+               "{{ ('{0}' * 3000).format('x' * 1000000)|length }}", "{{ 'a'|center(999999999) }}",
+               "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}"
+               "{{ ns.s|length }}",
+               "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
                "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
-               "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}"]
+               "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "{{ 1 // 0 }}"]
     for template in hostile:
-        (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+        config = {"chat_template": template + "|{{ messages[0].content }}"}
+        (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+        t = Tokenizer(tmp_path, [])
         t0 = time.perf_counter()
         with pytest.raises(VerispecError, match="the model's chat template failed"):
-            Tokenizer(tmp_path, []).render_chat([{"role": "user", "content": "hi"}])
+            t.render_chat([{"role": "user", "content": "hi"}])
         assert time.perf_counter() - t0 < 10, template
-    big = "9" * 40 + " and %s {:>99999999}"
-    fine = "{% for m in messages %}{{ '<%s>'|format(m.content) }}{{ m.content * 2 }}{{ '%s'|format(m.content)|center(8) }}" \
-           "{% endfor %}"
+    t.chat_template = "{{ messages[0].content }}!"
+    t._template = None
+    assert t.render_chat([{"role": "user", "content": "again"}]) == "again!"
+    fine = ("{% for m in messages %}{{ '<%s|%d>'|format(m.content, 1718000000) }}{{ 'ts=%d ' % 20231201 }}"
+            "{{ 'limit {:,} '.format(2097152) }}{{ m.content|tojson }}{% endfor %}")
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": fine}))
-    assert Tokenizer(tmp_path, []).render_chat([{"role": "user", "content": big}]) == f"<{big}>{big}{big}{big}"
-    assert "9" * 40 in tok.render_chat([{"role": "user", "content": big}])
+    for content in ("9" * 40 + " and %s {:>99999999}", "\U0001F600" * 120000):
+        expected = compile_template(fine).render(messages=[{"role": "user", "content": content}])
+        assert Tokenizer(tmp_path, []).render_chat([{"role": "user", "content": content}]) == expected
+    assert "9" * 40 in tok.render_chat([{"role": "user", "content": "9" * 40}])
 
 
 def force_split_path(monkeypatch, tok):

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from ..errors import VerispecError
+from .chat_template import TemplateFailed, TemplateProcess, compile_template  # noqa: F401 (tests)
 
 
 WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"  # Unicode White_Space
@@ -62,18 +63,15 @@ class Tokenizer:
         assistant's reply."""
         if not self.chat_template:
             raise VerispecError("this model has no chat template; pass --no-chat")
-        from jinja2 import TemplateError
         try:
             if self._template is None:
-                self._template = compile_template(self.chat_template)
-            return render_bounded(self._template, sum(len(str(m.get("content") or "")) for m in messages),
-                                  messages=messages, add_generation_prompt=True,
-                                  bos_token=self.config.get("bos_token", ""),
-                                  eos_token=self.config.get("eos_token", ""))
-        except (TemplateError, TypeError, ValueError, AttributeError, IndexError, KeyError, RecursionError,
-                OverflowError) as e:
-            raise VerispecError(f"the model's chat template failed: {type(e).__name__}: {e} (or pass --no-chat)") \
-                from None
+                self._template = TemplateProcess(self.chat_template)
+            return self._template.render(sum(len(str(m.get("content") or "")) for m in messages),
+                                         messages=messages, add_generation_prompt=True,
+                                         bos_token=self.config.get("bos_token", ""),
+                                         eos_token=self.config.get("eos_token", ""))
+        except (TemplateFailed, TypeError, ValueError) as e:    # (TypeError, ValueError: messages JSON cannot hold)
+            raise VerispecError(f"the model's chat template failed: {e} (or pass --no-chat)") from None
 
     def chat_ids(self, messages: list[dict]) -> list[int]:
         """The token ids of a conversation rendered for the assistant's reply. Messages are text: a special token's
@@ -132,82 +130,6 @@ def checked(text: str) -> str:
         raise VerispecError(f"the text is not valid Unicode: {e.reason} at character {e.start} "
                             f"({text[max(0, e.start - 20):e.start]!r} before it)") from None
     return text
-
-
-TEMPLATE_SLACK = 1 << 20      # characters a rendered chat may hold beyond twice its messages' text
-
-
-def _too_large(values, fmt=None) -> bool:
-    """Whether a template's operation asks for a value past TEMPLATE_SLACK: an int argument (a width, a count), or
-    a width in the format string `fmt` (`'%999999999s'`, `'{:>999999999}'`)."""
-    if isinstance(fmt, str) and any(int(d) > TEMPLATE_SLACK for d in re.findall(r"\d{7,}", fmt)):
-        return True
-    return any(isinstance(v, int) and not isinstance(v, bool) and abs(v) > TEMPLATE_SLACK for v in values)
-
-
-def compile_template(source: str):
-    """A chat template (it comes from model files, so it is untrusted code) compiled in Jinja's immutable sandbox:
-    no attribute access to Python internals, no mutation of the objects passed in, and no operation that makes a
-    value past TEMPLATE_SLACK (`'x' * 3000000000` would take 3 GB; widths in `%`, `format`, `center`, `indent`,
-    `ljust`...; range() is bounded by the sandbox itself). `render_bounded` bounds what a loop writes."""
-    from jinja2 import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message):                # what Hugging Face templates call to reject a conversation
-        raise TemplateError(message)
-
-    def refuse(what):
-        raise TemplateError(f"{what} would make a value past {TEMPLATE_SLACK} characters")
-
-    class Bounded(ImmutableSandboxedEnvironment):
-        intercepted_binops = frozenset(["*", "**", "%"])     # (and never folded into constants when compiled)
-
-        def call_binop(self, context, operator, left, right):
-            if operator == "*":
-                for a, b in ((left, right), (right, left)):
-                    if isinstance(a, (str, list, tuple)) and isinstance(b, int) and len(a) * b > TEMPLATE_SLACK:
-                        refuse("'*'")
-            elif operator == "**":
-                if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 \
-                        and right * abs(left).bit_length() > 4096:
-                    refuse("'**'")
-            elif isinstance(left, str) and _too_large(right if isinstance(right, tuple) else [right], left):
-                refuse("'%'")
-            return super().call_binop(context, operator, left, right)
-
-        def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (jinja's own signature)
-            formats = getattr(__obj, "__name__", "") in ("format", "format_map")
-            fmt = getattr(__obj, "__self__", None) if formats else None
-            if _too_large([*args, *kwargs.values()], fmt):
-                refuse(getattr(__obj, "__name__", "a call"))
-            return super().call(__context, __obj, *args, **kwargs)
-
-    # the settings `transformers` renders chat templates with, so a prompt renders as it does there: blocks
-    # trimmed, undefined names (such as `tools`) false and empty
-    env = Bounded(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    for name in ("center", "indent", "wordwrap", "format", "truncate"):
-        def bounded(*args, _f=env.filters[name], _name=name, **kwargs):
-            value = 1 if getattr(_f, "jinja_pass_arg", None) is not None else 0     # after the environment
-            if _too_large([*args[value + 1:], *kwargs.values()], args[value] if _name == "format" else None):
-                refuse(f"the {_name} filter")
-            return _f(*args, **kwargs)
-        bounded.__dict__.update(env.filters[name].__dict__)   # keeps jinja's pass_environment/context marks
-        env.filters[name] = bounded
-    env.globals["raise_exception"] = raise_exception
-    return env.from_string(source)
-
-
-def render_bounded(template, text_chars: int, **context) -> str:
-    """Render a compiled chat template piece by piece, refusing output past twice the messages' `text_chars`
-    plus TEMPLATE_SLACK: a template's loop cannot fill memory."""
-    from jinja2 import TemplateError
-    pieces, size, cap = [], 0, 2 * text_chars + TEMPLATE_SLACK
-    for piece in template.generate(**context):
-        size += len(piece)
-        if size > cap:
-            raise TemplateError(f"it rendered more than {cap} characters")
-        pieces.append(piece)
-    return "".join(pieces)
 
 
 class StreamDecoder:
