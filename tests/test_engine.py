@@ -129,7 +129,7 @@ def test_statistics_count_no_draft_past_a_stop_token(target_fp32):
 
 def test_a_request_may_fill_the_context_with_speculation(tiny_dir):
     """Prompt plus max-new-tokens may fill the model's context exactly, as with plain decoding: near the end a
-    chain shortens and a tree waits (decoded plainly), and the output is plain decoding's."""
+    tree wider than the room left waits (decoded plainly), and the output is plain decoding's."""
     from verispec.proposers.draft_tree import DraftTreeProposer
     model, tok, _ = loader.load(tiny_dir, "fp32")
     limit = model.cfg.max_position

@@ -49,8 +49,8 @@ def test_max_model_len_counts_prompt_and_completion(tiny):
 
 def test_a_prompt_near_the_end_of_the_context_gets_the_room_left(tiny):
     """Without max_tokens, a prompt that leaves less than the default is answered with what the model's context
-    leaves, not refused; a request for all of it is answered with speculation too (its drafts shrink near the
-    context's end), with plain decoding's tokens."""
+    leaves, not refused; a request for all of it is answered with speculation too (no context is kept back for
+    the passes that check drafts), with plain decoding's tokens."""
     server = Server(tiny, "plain", allowed_methods=["plain", "ngram"])
     prompt = "one" + " one" * 499
     n = len(tiny.tokenizer.encode(prompt))

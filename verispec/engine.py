@@ -116,7 +116,7 @@ class Sequence:
         if len(prompt) + cfg.max_new_tokens > limit:
             raise VerispecError(f"prompt ({len(prompt)} tokens) plus max-new-tokens ({cfg.max_new_tokens}) "
                                 f"exceeds the model's context of {limit} tokens")
-        # room for the widest pass past the output; where the context ends sooner, drafts shrink (`draft_length`)
+        # room for the widest pass past the output; where the context ends sooner, a tree waits (`draft_length`)
         self.capacity = min(limit, len(prompt) + cfg.max_new_tokens + reserve(proposer, cfg.longest_draft))
         # proposers that draft from the target's own features (Medusa) hear the hidden states of kept positions
         self._observe = proposer.observe if proposer is not None and proposer.reads_features else None
@@ -196,10 +196,10 @@ class Sequence:
             k = self.auto.next_k(self.proposer.behind(self.context()), budget)    # (auto exists only with a proposer)
         if self.proposer is None or budget <= 1 or k <= 0:
             return 0
-        k = min(k, budget - 1)
+        k = min(k, budget - 1)             # (a chain of k then fits: the cache holds prompt + max_new_tokens)
         room = self.capacity - len(self.prompt) - len(self.out)     # rows a pass may verify past the newest token
-        if reserve(self.proposer, k) - 1 > room:         # the context's end is near: a chain shortens, a tree waits
-            k = 0 if self.proposer.makes_trees else room
+        if self.proposer.makes_trees and reserve(self.proposer, k) - 1 > room:   # the context's end is near
+            return 0                                                 # a tree wider than what is left waits
         return k
 
     def context(self) -> list[int]:

@@ -66,7 +66,7 @@ class Limits:
     def completion_tokens(self, asked: int | None, default: int, prompt_tokens: int, context: int,
                           prompt_param: str = "messages") -> int:
         """The completion length of a request: `asked` (checked against the cap and the context), else `default`
-        cut to what the context leaves (near its end, the passes that check drafts shrink: `Sequence.draft_length`)."""
+        cut to what the context leaves (near its end a tree waits: `Sequence.draft_length`)."""
         room = context - prompt_tokens
         if asked is not None:
             if asked < 1:
