@@ -59,11 +59,16 @@ def _child() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (first["memory"], first["memory"]))
     except (ImportError, ValueError, OSError):     # no such limit here (or a lower hard one): time still bounds it
         pass
+    def one_line(e: BaseException) -> str:
+        if isinstance(e, MemoryError):
+            return f"MemoryError: it needs more than {first['memory'] >> 20} MiB"
+        return f"{type(e).__name__}: {e}"
+
     template, failed = None, None
     try:
-        template = compile_template(first["source"])
-    except Exception as e:                         # noqa: BLE001 (any error of untrusted code is its answer)
-        failed = f"{type(e).__name__}: {e}"
+        template = compile_template(first["source"])       # (constants are folded here: it may run out of memory)
+    except BaseException as e:                     # noqa: BLE001 (any error of untrusted code is its answer)
+        failed = one_line(e)
     for line in sys.stdin:
         try:
             if failed:
@@ -72,10 +77,8 @@ def _child() -> None:
             answer = {"text": render(template, job["chars"], job["context"])}
         except TemplateFailed as e:
             answer = {"error": str(e)}
-        except MemoryError:
-            answer = {"error": f"MemoryError: it needs more than {first['memory'] >> 20} MiB"}
-        except BaseException as e:                 # noqa: BLE001 (RecursionError, ZeroDivisionError...: one line back)
-            answer = {"error": f"{type(e).__name__}: {e}"}
+        except BaseException as e:                 # noqa: BLE001 (MemoryError, RecursionError...: one line back)
+            answer = {"error": one_line(e)}
         try:
             out = json.dumps(answer)
         except MemoryError:
@@ -98,9 +101,9 @@ class TemplateProcess:
         line = json.dumps({"chars": text_chars, "context": context}) + "\n"
         with self.lock:
             proc = self._started()
+            # written from a thread: a child stuck before reading it all must not block this one past the limit
+            threading.Thread(target=_send, args=(proc, line), daemon=True).start()
             try:
-                proc.stdin.write(line)
-                proc.stdin.flush()
                 ready, _, _ = select.select([proc.stdout], [], [], TIMEOUT_S)
                 answer = proc.stdout.readline() if ready else None
             except OSError:                        # the child is gone (its memory limit, a kill)
@@ -132,6 +135,14 @@ class TemplateProcess:
         if self._finalizer is not None:
             self._finalizer()                      # kills it and reaps it
         self.proc = self._finalizer = None
+
+
+def _send(proc: subprocess.Popen, line: str) -> None:
+    try:
+        proc.stdin.write(line)
+        proc.stdin.flush()
+    except (OSError, ValueError):                  # the child ended (the reader sees it), or was killed
+        pass
 
 
 def _end(proc: subprocess.Popen) -> None:
