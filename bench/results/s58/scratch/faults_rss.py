@@ -26,6 +26,6 @@ prompts = [p.prompt for p in load_prompts(["bench/dev_prompts.jsonl"])][:6]
 r = run_faults(server, prompts, 16, duration, 64, 4000, 5)
 prefix = server.scheduler.prefix
 held = prefix.nbytes / 2 ** 20 if prefix is not None else 0.0
-print(f"prefix cache {mb:g} MB{', trimmed' if 'trim' in sys.argv[3:] else ''}: RSS {r['rss_after_warm_up_mb']:.0f} -> {r['rss_end_mb']:.0f} MiB "
+print(f"prefix cache {mb:g} MB{', trimmed' if 'trim' in sys.argv[3:] else ''}: memory (less the prefix cache) after round 1 {r['rss_after_round_1_mb']:.0f} -> {r['rss_end_mb']:.0f} MiB "
       f"({100 * r['rss_growth']:+.1f}%); the prefix cache holds {held:.0f} MiB at the end; lost {r['lost']}, "
       f"changed {r['changed']}, idle {r['idle_at_end']}")
