@@ -2,9 +2,11 @@
 trees of 4, 8, 16, 32 and 64 nodes (+ root), after CONTEXT cached tokens (default 256), medians of 15 passes,
 default model. Run it from two checkouts to compare versions side by side:
 
-    python scripts/tree_cost.py [DTYPE [CONTEXT]]      (bf16, the default; bf16a, fp32, gguf or gguf-q8)
+    python scripts/tree_cost.py [DTYPE [CONTEXT]] [--engine-rows]      (bf16, the default; bf16a, fp32, gguf or gguf-q8)
     PYTHONPATH=/path/to/other/checkout python scripts/checkout_run.py scripts/tree_cost.py
     VERISPEC_ISA=avx512 python scripts/tree_cost.py gguf-q8      (the integer product kept off AMX)
+
+Trees get a dense mask over the whole cache; --engine-rows passes the row plan the engine passes (`tree_rows`).
 """
 import statistics
 import sys
@@ -13,6 +15,7 @@ import time
 import torch
 
 from verispec.api import Target
+from verispec.engine import tree_rows
 from verispec.tree import build_tree, topk_per_depth
 
 
@@ -26,7 +29,7 @@ def median_time(fn, repeats=15):
 
 
 @torch.inference_mode()
-def main(context=256, dtype="bf16"):
+def main(context=256, dtype="bf16", engine_rows=False):
     model = Target.load(None, dtype, "cpu").model
     cache = model.new_cache(context + 80)
     model(torch.randint(0, 1000, (1, context)), torch.arange(context)[None], cache)
@@ -46,15 +49,18 @@ def main(context=256, dtype="bf16"):
         tree = build_tree(list(full.choices[:n]))
         tokens = torch.randint(0, 1000, (1, n + 1))
         positions = (context + torch.tensor(tree.depths))[None]
-        mask = torch.cat([torch.ones(n + 1, context, dtype=torch.bool), tree.ancestry], 1)[None]
+        mask = tree_rows(tree) if engine_rows else \
+            torch.cat([torch.ones(n + 1, context, dtype=torch.bool), tree.ancestry], 1)[None]
         print(f"tree {n} nodes: {median_time(lambda: run(tokens, positions, mask)) / base:.2f}", flush=True)
 
 
 if __name__ == "__main__":
+    engine_rows = "--engine-rows" in sys.argv[1:]
+    sys.argv = [a for a in sys.argv if a != "--engine-rows"]
     dtype = sys.argv[1] if len(sys.argv) > 1 else "bf16"
     if dtype not in ("bf16", "bf16a", "fp32", "gguf", "gguf-q8"):
         sys.exit(f"tree_cost.py: DTYPE must be bf16, bf16a, fp32, gguf or gguf-q8, got {dtype!r}")
     context = sys.argv[2] if len(sys.argv) > 2 else "256"
     if not context.isdigit() or not 1 <= int(context) <= 8000:
         sys.exit(f"tree_cost.py: CONTEXT must be 1 to 8000 cached tokens, got {context!r}")
-    main(int(context), dtype)
+    main(int(context), dtype, engine_rows)

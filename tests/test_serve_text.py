@@ -6,7 +6,8 @@ import random
 import pytest
 
 from verispec.errors import VerispecError
-from verispec.model.tokenizer import StreamDecoder, Tokenizer, compile_template
+from verispec.model.chat_template import compile_template
+from verispec.model.tokenizer import StreamDecoder, Tokenizer
 from verispec.serve.text import TextStream
 
 

@@ -59,6 +59,7 @@ def _child() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (first["memory"], first["memory"]))
     except (ImportError, ValueError, OSError):     # no such limit here (or a lower hard one): time still bounds it
         pass
+
     def one_line(e: BaseException) -> str:
         if isinstance(e, MemoryError):
             return f"MemoryError: it needs more than {first['memory'] >> 20} MiB"

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from ..errors import VerispecError
-from .chat_template import TemplateFailed, TemplateProcess, compile_template  # noqa: F401 (tests)
+from .chat_template import TemplateFailed, TemplateProcess
 
 
 WHITESPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"  # Unicode White_Space

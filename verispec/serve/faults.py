@@ -246,12 +246,14 @@ def run_faults(server, prompts: list[str], clients: int, duration: float, max_to
     base = f"http://127.0.0.1:{port}"
     run = Run(base, server.name, pool(prompts, " ".join(long_prompt), max_tokens), server.limits.max_body_bytes)
     out: dict = {}
-
     sched = server.scheduler
+
+    def working() -> bool:                               # anything running, waiting or holding KV cache
+        return bool(len(sched.batch) or sched.pending or sched.prefilling or server.kv.used)
 
     def settle() -> None:
         deadline = time.time() + 10
-        while (len(sched.batch) or sched.pending or sched.prefilling or server.kv.used) and time.time() < deadline:
+        while working() and time.time() < deadline:
             time.sleep(0.1)                              # the decoding loop drops the last departed clients
 
     def clients_side():
@@ -264,7 +266,7 @@ def run_faults(server, prompts: list[str], clients: int, duration: float, max_to
             settle()
             healthy = httpx.get(base + "/health", timeout=30).status_code == 200
             out["report"] = run.report(out["rss_warm"], settled_mb(server), healthy, sched.alive)
-            out["report"]["idle_at_end"] = not (len(sched.batch) or sched.pending or sched.prefilling or server.kv.used)
+            out["report"]["idle_at_end"] = not working()
         except BaseException as e:
             out["error"] = e
         finally:
