@@ -117,6 +117,31 @@ def test_distill_data_resumes_and_refuses_other_parameters(tmp_path, tiny_dir, c
     assert "other parameters (prompts_sha256)" in err and err.count("\n") == 1
 
 
+def test_distill_data_split_by_shards_equals_one_run(tmp_path, tiny_dir, capsys):
+    """--shards A:B answers only those batches of the plan, as the whole run would: folders made apart combine."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"id": f"t{i}", "category": "c", "prompt": f"Say {i} things"})
+                                 for i in range(30)))
+    common = ["--prompts", str(prompts), "--model", str(tiny_dir), "--batch", "8", "--max-new-tokens", "5",
+              "--top-k-probs", "4", "--dtype", "fp32", "--temperatures", "0,1"]
+    assert main(["distill-data", "--out", str(tmp_path / "whole")] + common) == 0
+    assert main(["distill-data", "--out", str(tmp_path / "split"), "--shards", "1:3"] + common) == 0
+    assert sorted(p.name for p in (tmp_path / "split").glob("shard-*.pt")) == ["shard-00001.pt", "shard-00002.pt"]
+    assert main(["distill-data", "--out", str(tmp_path / "split"), "--shards", "0:1"] + common) == 0
+    assert main(["distill-data", "--out", str(tmp_path / "split"), "--shards", "3:99"] + common) == 0
+    whole = sorted((tmp_path / "whole").glob("shard-*.pt"))
+    assert len(whole) == 4 and [p.name for p in whole] == sorted(p.name for p in (tmp_path / "split").glob("shard-*"))
+    for path in whole:
+        a, b = torch.load(path), torch.load(tmp_path / "split" / path.name)
+        assert a.keys() == b.keys() and a["ids"] == b["ids"] and a["answers"] == b["answers"]
+        assert all(torch.equal(x, y) for x, y in zip(a["topk_probs"], b["topk_probs"]))
+    capsys.readouterr()
+    for bad, says in (("4:9", "the plan has only 4 batches"), ("2:1", "must be A:B"), ("x", "must be A:B")):
+        assert main(["distill-data", "--out", str(tmp_path / "bad"), "--shards", bad] + common) == 2
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1 and not (tmp_path / "bad").exists()
+
+
 def test_distill_data_refuses_prompts_and_answers_past_the_context(tmp_path, tiny_dir, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "t0", "category": "c", "prompt": "Say"}))

@@ -3,7 +3,8 @@
 Each batch of prompts becomes one shard file (written atomically), so an interrupted run resumes where it
 stopped: finished shards are skipped, nothing is done twice, nothing is half-written. The prompt order, the
 batches and each shard's seed follow from the parameters alone, which `manifest.json` pins: resuming with other
-parameters is refused. Development-split prompts (verispec.prompts.is_dev) are never used.
+parameters is refused. `--shards A:B` makes only batches A to B-1, the same files the whole run makes, so one run
+can be split across machines and the folders merged. Development-split prompts (verispec.prompts.is_dev) are never used.
 
 Shard contents: for each prompt, its id, category, sampling temperature, chat-formatted prompt tokens, the
 target's answer tokens, and at every answer position the target's top-K next-token probabilities at temperature 1.
@@ -61,6 +62,11 @@ def cmd_distill_data(args) -> int:
     batches = plan(load_prompts(args.prompts), args.per_category, args.batch, temps)
     if not batches:
         raise VerispecError("no training-split prompts to answer")
+    first, last = args.shards or (0, len(batches))
+    if first >= len(batches):
+        raise VerispecError(f"--shards {first}:{last}: the plan has only {len(batches)} batches "
+                            f"(0 to {len(batches) - 1})")
+    wanted = range(first, min(last, len(batches)))
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise VerispecError(f"--out {out} is a file, not a folder")
@@ -89,12 +95,12 @@ def cmd_distill_data(args) -> int:
         with atomic_file(out / "manifest.json") as f:
             json.dump(manifest, f, indent=1)
     tok = target.tokenizer
-    todo = [i for i in range(len(batches)) if not (out / f"shard-{i:05d}.pt").exists()]
+    todo = [i for i in wanted if not (out / f"shard-{i:05d}.pt").exists()]
     for path in sorted(out.glob("shard-*.pt")):      # finished shards are written atomically: anything else is not one
         with open(path, "rb") as f:
             if f.read(4) != b"PK\x03\x04":         # (torch.save's zip archive)
                 raise VerispecError(f"{path} is not a shard distill-data wrote: delete it, and this run redoes it")
-    total = sum(len(b) for b in batches)
+    total = sum(len(batches[i]) for i in wanted)
     bar = tqdm(total=total, initial=total - sum(len(batches[i]) for i in todo), unit="prompt",
                desc="distill-data", file=sys.stderr)
     for i in todo:
@@ -111,5 +117,5 @@ def cmd_distill_data(args) -> int:
         bar.update(len(rows))
         bar.set_postfix(tokens=sum(len(s.answer) for s in sampled))
     bar.close()
-    print(f"{out}: {len(batches)} shards, {total} prompts")
+    print(f"{out}: shards {first} to {wanted[-1]} of {len(batches)}, {total} prompts")
     return 0

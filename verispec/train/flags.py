@@ -27,6 +27,18 @@ def _head_training_flags(p: argparse.ArgumentParser, what: str, batch: int, batc
     p.add_argument("--seed", type=seed, default=0)
 
 
+def shard_range(text: str) -> tuple[int, int]:
+    """An argparse type: 'A:B', batches A to B-1 of distill-data's plan (0 <= A < B)."""
+    a, sep, b = text.partition(":")
+    try:
+        lo, hi = int(a), int(b)
+    except ValueError:
+        lo = hi = -1
+    if not sep or lo < 0 or hi <= lo:
+        raise argparse.ArgumentTypeError(f"must be A:B with 0 <= A < B, got {text!r}")
+    return lo, hi
+
+
 def add_train_parsers(sub, model_flags) -> None:
     """The four training sub-commands; `model_flags` adds --model / --draft / --dtype / --device to a parser."""
     dd = sub.add_parser("distill-data", help="the target answers training prompts: data for a draft (resumable)")
@@ -39,6 +51,8 @@ def add_train_parsers(sub, model_flags) -> None:
     dd.add_argument("--temperatures", default="0,0.7,1.0", help="assigned to prompts in turn (0 = greedy)")
     dd.add_argument("--top-k-probs", type=int, default=32, help="target probabilities kept per position")
     dd.add_argument("--seed", type=seed, default=0)
+    dd.add_argument("--shards", type=shard_range, default=None, metavar="A:B",
+                    help="answer only the plan's batches A to B-1 (split one run across machines; same shards)")
     model_flags(dd)
 
     td = sub.add_parser("train-draft", help="distil a small draft model from distill-data output (resumable)")
