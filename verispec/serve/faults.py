@@ -12,15 +12,17 @@ exercises them all); every `fault_every`-th request is a fault, in turn:
   500 or stream error event, alone).
 The load runs in two rounds of half the time each; during the second half of each, one client sends long prompts.
 At the end it checks that every well-formed request got exactly its alone-output (none lost, none changed), that
-/health is ok and the decoding loop alive, that the resident memory after the second round is within 10% of its
-level after the first (the first reaches the working set of long prompts beside short ones; both read after freed
-heap goes back to the system, less the bytes the prefix cache holds by design), and that the departed clients left
-no job behind
-(nothing running, waiting or holding KV cache once the last client is done). It reports p50/p99 time to first
+/health is ok and the decoding loop alive, that the departed clients left no job behind (nothing running, waiting
+or holding KV cache once the last client is done), and that the second round left no more live tensors than the
+first (the bytes of every tensor storage Python can reach, less the model's parameters and the prefix cache's
+entries, which it holds by design up to its budget; within 8 MiB). It reports the resident memory too, read the
+same way after freed heap goes back to the system; allocator caches move that by tens of percent between runs
+(session 58), so it is reported, not judged. It reports p50/p99 time to first
 token and time per output token of the short streaming requests, without and with long-prompt arrivals."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import threading
@@ -45,6 +47,28 @@ def settled_mb(server) -> float:
         pass
     prefix = server.scheduler.prefix
     return rss_mb() - (prefix.nbytes / 2 ** 20 if prefix is not None else 0.0)
+
+
+def live_mb(server) -> float:
+    """MiB of live tensor storage Python can reach (each storage once), less the model's parameters and buffers and
+    the prefix cache's entries: what requests left behind, if anything, plus the server's fixed working set."""
+    import torch
+    gc.collect()
+    model = server.target.model
+    fixed = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    seen, total = set(), 0
+    for o in gc.get_objects():
+        if issubclass(type(o), torch.Tensor) and not o.is_meta and o.layout == torch.strided:  # (no __class__ lookup)
+            storage = o.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr and ptr not in seen and ptr not in fixed:
+                seen.add(ptr)
+                total += storage.nbytes()
+    prefix = server.scheduler.prefix
+    return (total - (prefix.nbytes if prefix is not None else 0)) / 2 ** 20
+
+
+LIVE_SLACK_MB = 8.0      # a second round may hold a few more small tensors (a longer scratch); a leak grows by requests
 
 
 def rss_mb() -> float:
@@ -206,7 +230,7 @@ class Run:
         async with httpx.AsyncClient(timeout=600, limits=limits) as client:
             await asyncio.gather(*(worker(w, client) for w in range(clients)))
 
-    def report(self, rss_warm: float, rss_end: float, healthy: bool, alive: bool) -> dict:
+    def report(self, memory: dict, healthy: bool, alive: bool) -> dict:
         lost = [d for i, t, d in self.got if t is None]
         changed = [i for i, t, d in self.got if t is not None and t != self.alone[i]]
 
@@ -218,8 +242,9 @@ class Run:
 
         return {"well_formed": len(self.got), "lost": len(lost), "lost_examples": lost[:3], "changed": len(changed),
                 "faults": {k: {"sent": len(v), "answered_right": sum(v)} for k, v in self.faults.items()},
-                "healthy_at_end": healthy, "decoding_loop_alive": alive, "rss_after_round_1_mb": rss_warm,
-                "rss_end_mb": rss_end, "rss_growth": rss_end / rss_warm - 1,
+                "healthy_at_end": healthy, "decoding_loop_alive": alive, **memory,
+                "live_growth_mb": memory["live_end_mb"] - memory["live_after_round_1_mb"],
+                "rss_growth": memory["rss_end_mb"] / memory["rss_after_round_1_mb"] - 1,
                 "without_long_prompts": stats(False), "with_long_prompts": stats(True)}
 
 
@@ -261,11 +286,12 @@ def run_faults(server, prompts: list[str], clients: int, duration: float, max_to
             asyncio.run(run.warm_up(clients))
             asyncio.run(run.load(clients, duration / 2, fault_every))     # round 1: the working set
             settle()
-            out["rss_warm"] = settled_mb(server)
+            memory = {"live_after_round_1_mb": live_mb(server), "rss_after_round_1_mb": settled_mb(server)}
             asyncio.run(run.load(clients, duration / 2, fault_every))     # round 2: a leak grows it again
             settle()
             healthy = httpx.get(base + "/health", timeout=30).status_code == 200
-            out["report"] = run.report(out["rss_warm"], settled_mb(server), healthy, sched.alive)
+            memory.update(live_end_mb=live_mb(server), rss_end_mb=settled_mb(server))
+            out["report"] = run.report(memory, healthy, sched.alive)
             out["report"]["idle_at_end"] = not working()
         except BaseException as e:
             out["error"] = e
@@ -284,9 +310,9 @@ def run_faults(server, prompts: list[str], clients: int, duration: float, max_to
     return out["report"]
 
 
-def passed(report: dict) -> bool:
+def passed(report: dict, slack_mb: float = LIVE_SLACK_MB) -> bool:
     return (report["lost"] == 0 and report["changed"] == 0 and report["healthy_at_end"] and report["idle_at_end"]
-            and report["decoding_loop_alive"] and report["rss_growth"] <= 0.10
+            and report["decoding_loop_alive"] and report["live_growth_mb"] <= slack_mb
             and all(f["sent"] == f["answered_right"] for f in report["faults"].values()))
 
 
@@ -314,8 +340,11 @@ def cmd_faults(args) -> int:
     r = run_faults(server, prompts, args.clients, args.duration, args.max_tokens, args.long_prompt,
                    args.fault_every)
     print(f"well-formed requests {r['well_formed']}: lost {r['lost']}, changed {r['changed']}; healthy at end "
-          f"{r['healthy_at_end']}, idle {r['idle_at_end']}; memory (less the prefix cache) after round 1 "
-          f"{r['rss_after_round_1_mb']:.0f} -> after round 2 {r['rss_end_mb']:.0f} MiB ({100 * r['rss_growth']:+.1f}%)")
+          f"{r['healthy_at_end']}, idle {r['idle_at_end']}")
+    print(f"  live tensors (less parameters and the prefix cache) after round 1 {r['live_after_round_1_mb']:.1f} -> "
+          f"after round 2 {r['live_end_mb']:.1f} MiB ({r['live_growth_mb']:+.1f}; at most +{LIVE_SLACK_MB:g}); "
+          f"resident memory, reported only: {r['rss_after_round_1_mb']:.0f} -> {r['rss_end_mb']:.0f} MiB "
+          f"({100 * r['rss_growth']:+.1f}%)")
     for kind, f in r["faults"].items():
         print(f"  {kind:<26} sent {f['sent']:>3}, answered right {f['answered_right']:>3}")
     for phase in ("without_long_prompts", "with_long_prompts"):
