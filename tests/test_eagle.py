@@ -461,14 +461,16 @@ def test_init_fine_tunes_a_trained_head(tmp_path, tiny_dir, tiny_distill_dir, ti
     base = ["train-eagle", "--data", str(tiny_distill_dir), "--model", str(tiny_dir), "--batch", "2", "--dtype",
             "fp32", "--steps", "4", "--eval-every", "2", "--lr", "3e-3", "--head-tokens", "512"]
     assert main(base + ["--out", str(tmp_path / "scratch")]) == 0
-    assert main(base + ["--out", str(tmp_path / "tuned"), "--init", str(tiny_eagle[0])]) == 0
+    assert main(base + ["--out", str(tmp_path / "tuned"), "--init", str(tiny_eagle[0]), "--head-tokens", "64"]) == 0
     scratch = json.loads((tmp_path / "scratch" / "config.json").read_text())
     tuned = json.loads((tmp_path / "tuned" / "config.json").read_text())
     assert tuned["history"][0]["loss"] < scratch["history"][0]["loss"]
     from safetensors.torch import load_file
     ids = [load_file(str(folder / "eagle.safetensors"))["head_ids"] for folder in (tiny_eagle[0], tmp_path / "tuned")]
     assert torch.equal(*ids)                                        # the trained head's tokens, kept
-    assert "started from the trained head" in (tmp_path / "tuned" / "README.md").read_text()
+    card = (tmp_path / "tuned" / "README.md").read_text()
+    assert "started from the trained head" in card
+    assert f"rows of the {len(ids[1])} most frequent answer tokens of the initial head's data" in card   # not 64
 
 
 def test_eagle1_layout_trains_and_drafts_exactly(tmp_path, tiny_dir, tiny_distill_dir):

@@ -17,15 +17,16 @@ from .progress import StepBar
 from .workdir import cached, data_settings, load_checkpoint, resume, save_checkpoint, start_run, train_in_rounds
 
 
-def model_card(args, feature: str, info: str, acc: list[list[float]], wall_s: float, history: list) -> str:
+def model_card(args, feature: str, info: str, acc: list[list[float]], wall_s: float, history: list,
+               head_tokens: int) -> str:
     lines = [f"# verispec EAGLE head: {Path(args.out).name}", "",
              "An EAGLE draft head: it predicts the target's next feature from its current one and the next token, "
              "and drafts by feeding its predictions back.", "", "```",
              "verispec " + " ".join(shlex.quote(a) for a in sys.argv[1:]), "```", "",
              f"- target: {args.model or 'SmolLM2-135M-Instruct (verispec default)'}; feature: {feature}",
              f"- head: fc [f_j, e(x_(j+1))] 2D -> D, one Llama decoder layer ({LAYOUT_TEXT[args.layout]}), output "
-             f"= the target's embedding rows of the {args.head_tokens} most frequent answer tokens (borrowed, not "
-             f"stored)",
+             f"= the target's embedding rows of the {head_tokens} most frequent answer tokens"
+             + (" of the initial head's data" if args.init else "") + " (borrowed, not stored)",
              *([f"- started from the trained head `{args.init}`"] if args.init else []),
              f"- training: {args.steps} steps x {args.batch} sequences, lr {args.lr}, seed {args.seed}; loss smooth "
              f"L1 on features + {args.cls_weight} x KL(target || head); feature noise U(-{args.noise}, "
@@ -164,7 +165,7 @@ def cmd_train_eagle(args) -> int:
     acc = draft_acceptance(head, held_f, held_t, ranks=min(8, args.head_tokens))
     info = (f"{args.data}: {len(train)} training / {len(held)} held-out sequences, "
             f"{sum(len(f) for f in train_f)} / {sum(len(f) for f in held_f)} positions")
-    head.save(Path(args.out), model_card(args, feature_text(taps, final), info, acc, wall, history),
+    head.save(Path(args.out), model_card(args, feature_text(taps, final), info, acc, wall, history, len(head_ids)),
               {"acceptance": acc, "history": history})
     (work / "history.json").write_text(json.dumps(history, indent=1))
     print(f"EAGLE head written to {args.out}: held-out top-1 by depth " + ", ".join(f"{row[0]:.3f}" for row in acc))
