@@ -134,12 +134,29 @@ def test_distill_data_split_by_shards_equals_one_run(tmp_path, tiny_dir, capsys)
     for path in whole:
         a, b = torch.load(path), torch.load(tmp_path / "split" / path.name)
         assert a.keys() == b.keys() and a["ids"] == b["ids"] and a["answers"] == b["answers"]
-        assert all(torch.equal(x, y) for x, y in zip(a["topk_probs"], b["topk_probs"]))
+        assert a["prompts"] == b["prompts"] and a["temperatures"] == b["temperatures"]
+        for field in ("topk_ids", "topk_probs"):
+            assert all(torch.equal(x, y) for x, y in zip(a[field], b[field], strict=True))
     capsys.readouterr()
     for bad, says in (("4:9", "the plan has only 4 batches"), ("2:1", "must be A:B"), ("x", "must be A:B")):
         assert main(["distill-data", "--out", str(tmp_path / "bad"), "--shards", bad] + common) == 2
         err = capsys.readouterr().err
         assert says in err and err.count("\n") == 1 and not (tmp_path / "bad").exists()
+
+
+def test_cached_features_key_a_set_of_shards_by_their_names(tmp_path):
+    """Shards 0..n-1 are keyed by n (as before --shards); another set of as many shards is other data."""
+    from types import SimpleNamespace
+
+    from verispec.train.workdir import source_settings
+    keys = []
+    for name, shards in (("whole", (0, 1, 2)), ("late", (3, 4, 5)), ("gap", (0, 2, 4)), ("whole2", (0, 1, 2))):
+        folder = tmp_path / name
+        folder.mkdir()
+        for i in shards:
+            (folder / f"shard-{i:05d}.pt").write_bytes(b"")
+        keys.append(source_settings(SimpleNamespace(data=str(folder), model=None))["shards"])
+    assert keys[0] == keys[3] == 3 and len({keys[0], keys[1], keys[2]}) == 3
 
 
 def test_distill_data_refuses_prompts_and_answers_past_the_context(tmp_path, tiny_dir, capsys):

@@ -51,19 +51,26 @@ def settled_mb(server) -> float:
 
 def live_mb(server) -> float:
     """MiB of live tensor storage Python can reach (each storage once), less the model's parameters and buffers and
-    the prefix cache's entries: what requests left behind, if anything, plus the server's fixed working set."""
+    the prefix cache's entries: what requests left behind, if anything, plus the server's fixed state (the same in
+    both rounds: laid-out or packed weights, such as gguf's, which are not parameters; tables; a draft model)."""
     import torch
     gc.collect()
+
+    def key(t):                                          # (device, address); None where there is no plain storage
+        try:
+            return t.device, t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):      # wrapper subclasses (e.g. DTensor) have none of their own
+            return None
+
     model = server.target.model
-    fixed = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    fixed = {key(t) for t in (*model.parameters(), *model.buffers())}
     seen, total = set(), 0
     for o in gc.get_objects():
         if issubclass(type(o), torch.Tensor) and not o.is_meta and o.layout == torch.strided:  # (no __class__ lookup)
-            storage = o.untyped_storage()
-            ptr = storage.data_ptr()
-            if ptr and ptr not in seen and ptr not in fixed:
-                seen.add(ptr)
-                total += storage.nbytes()
+            k = key(o)
+            if k is not None and k[1] and k not in seen and k not in fixed:
+                seen.add(k)
+                total += o.untyped_storage().nbytes()
     prefix = server.scheduler.prefix
     return (total - (prefix.nbytes if prefix is not None else 0)) / 2 ** 20
 
@@ -286,6 +293,7 @@ def run_faults(server, prompts: list[str], clients: int, duration: float, max_to
             asyncio.run(run.warm_up(clients))
             asyncio.run(run.load(clients, duration / 2, fault_every))     # round 1: the working set
             settle()
+            out["idle_after_round_1"] = not working()    # (else round 1's census counts requests still running)
             memory = {"live_after_round_1_mb": live_mb(server), "rss_after_round_1_mb": settled_mb(server)}
             asyncio.run(run.load(clients, duration / 2, fault_every))     # round 2: a leak grows it again
             settle()
@@ -293,6 +301,7 @@ def run_faults(server, prompts: list[str], clients: int, duration: float, max_to
             memory.update(live_end_mb=live_mb(server), rss_end_mb=settled_mb(server))
             out["report"] = run.report(memory, healthy, sched.alive)
             out["report"]["idle_at_end"] = not working()
+            out["report"]["idle_after_round_1"] = out["idle_after_round_1"]
         except BaseException as e:
             out["error"] = e
         finally:
@@ -312,6 +321,7 @@ def run_faults(server, prompts: list[str], clients: int, duration: float, max_to
 
 def passed(report: dict, slack_mb: float = LIVE_SLACK_MB) -> bool:
     return (report["lost"] == 0 and report["changed"] == 0 and report["healthy_at_end"] and report["idle_at_end"]
+            and report["idle_after_round_1"]
             and report["decoding_loop_alive"] and report["live_growth_mb"] <= slack_mb
             and all(f["sent"] == f["answered_right"] for f in report["faults"].values()))
 
@@ -340,9 +350,10 @@ def cmd_faults(args) -> int:
     r = run_faults(server, prompts, args.clients, args.duration, args.max_tokens, args.long_prompt,
                    args.fault_every)
     print(f"well-formed requests {r['well_formed']}: lost {r['lost']}, changed {r['changed']}; healthy at end "
-          f"{r['healthy_at_end']}, idle {r['idle_at_end']}")
-    print(f"  live tensors (less parameters and the prefix cache) after round 1 {r['live_after_round_1_mb']:.1f} -> "
-          f"after round 2 {r['live_end_mb']:.1f} MiB ({r['live_growth_mb']:+.1f}; at most +{LIVE_SLACK_MB:g}); "
+          f"{r['healthy_at_end']}, idle after round 1 {r['idle_after_round_1']} and at the end {r['idle_at_end']}")
+    print(f"  live tensors (less parameters and the prefix cache; fixed state included) after round 1 "
+          f"{r['live_after_round_1_mb']:.1f} -> after round 2 {r['live_end_mb']:.1f} MiB "
+          f"({r['live_growth_mb']:+.1f}; at most +{LIVE_SLACK_MB:g}); "
           f"resident memory, reported only: {r['rss_after_round_1_mb']:.0f} -> {r['rss_end_mb']:.0f} MiB "
           f"({100 * r['rss_growth']:+.1f}%)")
     for kind, f in r["faults"].items():

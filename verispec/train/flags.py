@@ -16,7 +16,8 @@ def _head_training_flags(p: argparse.ArgumentParser, what: str, batch: int, batc
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
     p.add_argument("--model", help="the target the data came from (default: SmolLM2-135M)")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="the target's dtype for features")
-    p.add_argument("--head-tokens", type=int_at_least(1), default=8192, help="output vocabulary: the most frequent tokens")
+    p.add_argument("--head-tokens", type=int_at_least(1), default=8192,
+                   help="output vocabulary: the most frequent tokens (with --init: the initial head's, kept)")
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--batch", type=int, default=batch, help=batch_help)
     p.add_argument("--lr", type=float_in(0, math.inf, lo_open=True), default=1e-3)

@@ -91,10 +91,10 @@ def cmd_train_eagle(args) -> int:
     train, held, target, tok, work = start_run(args)
     taps, final = parse_layers(args.feature_layers, target.cfg.num_layers)
     features_key = data_settings(args)
-    settings = {**features_key, "head_tokens": args.head_tokens, "steps": args.steps, "batch": args.batch,
-                "lr": args.lr, "seed": args.seed, "cls_weight": args.cls_weight, "noise": args.noise,
-                "bf16_autocast": args.bf16_autocast, "unroll": args.unroll,
-                "init": str(Path(args.init).resolve()) if args.init else None}
+    settings = {**features_key, "head_tokens": None if args.init else args.head_tokens,   # (--init: the head's own)
+                "steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed,
+                "cls_weight": args.cls_weight, "noise": args.noise, "bf16_autocast": args.bf16_autocast,
+                "unroll": args.unroll, "init": str(Path(args.init).resolve()) if args.init else None}
     if args.layout != "verispec":              # (the default: the settings older runs' checkpoints carry)
         settings["layout"] = args.layout
     if args.intermediate:                      # (likewise)
@@ -162,7 +162,7 @@ def cmd_train_eagle(args) -> int:
         print(f"stopped at step {step} of {args.steps}; run the same command without --stop-at to resume")
         return 0
     head.eval()
-    acc = draft_acceptance(head, held_f, held_t, ranks=min(8, args.head_tokens))
+    acc = draft_acceptance(head, held_f, held_t, ranks=min(8, len(head_ids)))
     info = (f"{args.data}: {len(train)} training / {len(held)} held-out sequences, "
             f"{sum(len(f) for f in train_f)} / {sum(len(f) for f in held_f)} positions")
     head.save(Path(args.out), model_card(args, feature_text(taps, final), info, acc, wall, history, len(head_ids)),

@@ -1,6 +1,7 @@
 """A training run's work folder: cached inputs and checkpoints, each tied to the flags that made it."""
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from pathlib import Path
@@ -38,10 +39,15 @@ def replaces_own(args) -> bool:
 
 
 def source_settings(args) -> dict:
-    """What the training data and the target are: the data folder and how many shards it held (a distill-data run
-    finished later makes other data), and the target, where --model names one (the default's key is unchanged)."""
+    """What the training data and the target are: the data folder and which shards it held (a distill-data run
+    finished later makes other data), and the target, where --model names one (the default's key is unchanged).
+    Shards 0 to n-1 are keyed by n, as before `--shards`; any other set (made with `--shards`) by its names' digest,
+    so another set of as many shards is other data."""
     data = Path(args.data).resolve()
-    settings = {"data": str(data), "shards": len(list(data.glob("shard-*.pt")))}
+    names = sorted(p.name for p in data.glob("shard-*.pt"))
+    whole = names == [f"shard-{i:05d}.pt" for i in range(len(names))]
+    settings = {"data": str(data),
+                "shards": len(names) if whole else hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]}
     if args.model:
         settings["model"] = str(Path(args.model).resolve()) if Path(args.model).exists() else args.model
     return settings
