@@ -48,9 +48,16 @@ def row_index(ids: torch.Tensor | None, vocab_size: int) -> torch.Tensor:
     return index
 
 
+SHARDS = "shard-*.pt"       # distill-data's files in its folder, one per batch of the plan
+
+
+def shard_name(batch: int) -> str:
+    return f"shard-{batch:05d}.pt"
+
+
 def load_examples(folder: str | Path, max_tokens: int = 320) -> list[Example]:
     """Every answered prompt in a distill-data folder; prompts are cut from the left to fit `max_tokens`."""
-    shards = sorted(Path(folder).glob("shard-*.pt"))
+    shards = sorted(Path(folder).glob(SHARDS))
     if not shards:
         raise VerispecError(f"no shard-*.pt files in {folder}: run `verispec distill-data` first")
     out = []

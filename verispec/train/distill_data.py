@@ -22,6 +22,7 @@ from ..errors import VerispecError
 from ..files import atomic_file
 from ..flags import parse_temperatures
 from ..prompts import Prompt, is_dev, load_prompts
+from .data import SHARDS, shard_name
 
 
 def _key(text: str) -> int:
@@ -95,8 +96,8 @@ def cmd_distill_data(args) -> int:
         with atomic_file(out / "manifest.json") as f:
             json.dump(manifest, f, indent=1)
     tok = target.tokenizer
-    todo = [i for i in wanted if not (out / f"shard-{i:05d}.pt").exists()]
-    for path in sorted(out.glob("shard-*.pt")):      # finished shards are written atomically: anything else is not one
+    todo = [i for i in wanted if not (out / shard_name(i)).exists()]
+    for path in sorted(out.glob(SHARDS)):      # finished shards are written atomically: anything else is not one
         with open(path, "rb") as f:
             if f.read(4) != b"PK\x03\x04":         # (torch.save's zip archive)
                 raise VerispecError(f"{path} is not a shard distill-data wrote: delete it, and this run redoes it")
@@ -112,7 +113,7 @@ def cmd_distill_data(args) -> int:
                  "temperatures": [t for _, t in rows], "prompts": ids,
                  "answers": [s.answer for s in sampled], "topk_ids": [s.topk_ids for s in sampled],
                  "topk_probs": [s.topk_probs for s in sampled]}
-        with atomic_file(out / f"shard-{i:05d}.pt", "wb") as f:
+        with atomic_file(out / shard_name(i), "wb") as f:
             torch.save(shard, f)
         bar.update(len(rows))
         bar.set_postfix(tokens=sum(len(s.answer) for s in sampled))

@@ -10,6 +10,7 @@ import torch
 
 from ..errors import VerispecError
 from ..files import atomic_file, check_new_folder
+from .data import SHARDS, shard_name
 
 
 def start_run(args):
@@ -44,8 +45,8 @@ def source_settings(args) -> dict:
     Shards 0 to n-1 are keyed by n, as before `--shards`; any other set (made with `--shards`) by its names' digest,
     so another set of as many shards is other data."""
     data = Path(args.data).resolve()
-    names = sorted(p.name for p in data.glob("shard-*.pt"))
-    whole = names == [f"shard-{i:05d}.pt" for i in range(len(names))]
+    names = sorted(p.name for p in data.glob(SHARDS))
+    whole = names == [shard_name(i) for i in range(len(names))]
     settings = {"data": str(data),
                 "shards": len(names) if whole else hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]}
     if args.model:
