@@ -17,8 +17,8 @@ or holding KV cache once the last client is done), and that the second round lef
 first (the bytes of every tensor storage Python can reach, less the model's parameters and the prefix cache's
 entries, which it holds by design up to its budget; within 8 MiB). It reports the resident memory too, read the
 same way after freed heap goes back to the system; allocator caches move that by tens of percent between runs
-(session 58), so it is reported, not judged. It reports p50/p99 time to first
-token and time per output token of the short streaming requests, without and with long-prompt arrivals."""
+(session 58), so it is reported, not judged. It reports p50/p99 time to first token and time per output token of
+the short streaming requests, without and with long-prompt arrivals."""
 from __future__ import annotations
 
 import asyncio
@@ -56,21 +56,22 @@ def live_mb(server) -> float:
     import torch
     gc.collect()
 
-    def key(t):                                          # (device, address); None where there is no plain storage
+    def storage(t):                                      # ((device, address), bytes); None where it has no plain one
         try:
-            return t.device, t.untyped_storage().data_ptr()
+            s = t.untyped_storage()
+            return (t.device, s.data_ptr()), s.nbytes()
         except (RuntimeError, NotImplementedError):      # wrapper subclasses (e.g. DTensor) have none of their own
             return None
 
     model = server.target.model
-    fixed = {key(t) for t in (*model.parameters(), *model.buffers())}
-    seen, total = set(), 0
+    fixed = {found[0] for found in map(storage, (*model.parameters(), *model.buffers())) if found is not None}
+    sizes: dict = {}                                     # each storage once
     for o in gc.get_objects():
         if issubclass(type(o), torch.Tensor) and not o.is_meta and o.layout == torch.strided:  # (no __class__ lookup)
-            k = key(o)
-            if k is not None and k[1] and k not in seen and k not in fixed:
-                seen.add(k)
-                total += o.untyped_storage().nbytes()
+            found = storage(o)
+            if found is not None and found[0][1] and found[0] not in fixed:
+                sizes[found[0]] = found[1]
+    total = sum(sizes.values())
     prefix = server.scheduler.prefix
     return (total - (prefix.nbytes if prefix is not None else 0)) / 2 ** 20
 
@@ -293,7 +294,7 @@ def run_faults(server, prompts: list[str], clients: int, duration: float, max_to
             asyncio.run(run.warm_up(clients))
             asyncio.run(run.load(clients, duration / 2, fault_every))     # round 1: the working set
             settle()
-            out["idle_after_round_1"] = not working()    # (else round 1's census counts requests still running)
+            idle_after_round_1 = not working()           # (else round 1's census counts requests still running)
             memory = {"live_after_round_1_mb": live_mb(server), "rss_after_round_1_mb": settled_mb(server)}
             asyncio.run(run.load(clients, duration / 2, fault_every))     # round 2: a leak grows it again
             settle()
@@ -301,7 +302,7 @@ def run_faults(server, prompts: list[str], clients: int, duration: float, max_to
             memory.update(live_end_mb=live_mb(server), rss_end_mb=settled_mb(server))
             out["report"] = run.report(memory, healthy, sched.alive)
             out["report"]["idle_at_end"] = not working()
-            out["report"]["idle_after_round_1"] = out["idle_after_round_1"]
+            out["report"]["idle_after_round_1"] = idle_after_round_1
         except BaseException as e:
             out["error"] = e
         finally:
