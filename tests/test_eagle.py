@@ -49,10 +49,10 @@ def test_resumed_training_equals_uninterrupted(tmp_path, tiny_dir, tiny_distill_
     assert all(torch.equal(a[k], b[k]) for k in a)      # deterministic in flags and seed
 
 
-def test_cached_features_are_refused_for_other_data_held_out_rows_or_target(tmp_path, tiny_dir, tiny_distill_dir,
-                                                                           capsys):
-    """The features cached in OUT.work belong to the data as it was (its shards), the held-out rows and the target:
-    a rerun with any of them changed is refused in one line, never trained on the old features."""
+def test_a_checkpoint_is_refused_for_other_data_held_out_rows_or_target(tmp_path, tiny_dir, tiny_distill_dir,
+                                                                       capsys):
+    """A run's checkpoint in OUT.work belongs to the data as it was (its shards), the held-out rows and the target:
+    a rerun with any of them changed is refused in one line, before any features are read or made."""
     import shutil
     data = tmp_path / "data"
     shutil.copytree(tiny_distill_dir, data)

@@ -21,6 +21,7 @@ class Example:
     first: int                 # tokens[first + t] is answer token t; position first + t - 1 predicts it
     topk_ids: torch.Tensor     # [answer length, K] int64: target's most likely tokens for answer position t
     topk_probs: torch.Tensor   # [answer length, K] float32: their probabilities (temperature 1)
+    shard: str = ""            # the distill-data file it came from (shard_name), where it came from one
 
 
 def held_out(example_id: str) -> bool:
@@ -72,7 +73,8 @@ def load_examples(folder: str | Path, max_tokens: int = 320) -> list[Example]:
             answer = answer[:max_tokens - 8]
             prompt = d["prompts"][i][-(max_tokens - len(answer)):]
             out.append(Example(d["ids"][i], d["categories"][i], torch.tensor(prompt + answer), len(prompt),
-                               d["topk_ids"][i][:len(answer)].long(), d["topk_probs"][i][:len(answer)].float()))
+                               d["topk_ids"][i][:len(answer)].long(), d["topk_probs"][i][:len(answer)].float(),
+                               shard.name))
     return out
 
 

@@ -12,9 +12,9 @@ from ..errors import VerispecError
 from ..model.eagle import EagleHead
 from .data import frequent_tokens
 from .eagle import draft_acceptance, eagle_loss, length_groups, pad_batch, train_steps
-from .medusa import answer_features
+from .features import store_folder, stored_features
 from .progress import StepBar
-from .workdir import cached, data_settings, load_checkpoint, resume, save_checkpoint, start_run, train_in_rounds
+from .workdir import data_settings, load_checkpoint, resume, save_checkpoint, start_run, train_in_rounds
 
 
 def model_card(args, feature: str, info: str, acc: list[list[float]], wall_s: float, history: list,
@@ -77,7 +77,6 @@ def initial_head(folder: str, target) -> EagleHead:
 
 
 def cmd_train_eagle(args) -> int:
-    from tqdm import tqdm
     width = 1 if args.intermediate is None else args.intermediate
     if min(args.steps, args.batch, args.unroll, width) < 1:     # --eval-every, --head-tokens, --noise: typed flags
         raise VerispecError("need --steps, --batch, --unroll, --intermediate >= 1")
@@ -90,8 +89,8 @@ def cmd_train_eagle(args) -> int:
         raise VerispecError("--init starts from a head on the final feature: use it with --feature-layers final")
     train, held, target, tok, work = start_run(args)
     taps, final = parse_layers(args.feature_layers, target.cfg.num_layers)
-    features_key = data_settings(args)
-    settings = {**features_key, "head_tokens": None if args.init else args.head_tokens,   # (--init: the head's own)
+    source = data_settings(args)
+    settings = {**source, "head_tokens": None if args.init else args.head_tokens,   # (--init: the head's own)
                 "steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed,
                 "cls_weight": args.cls_weight, "noise": args.noise, "bf16_autocast": args.bf16_autocast,
                 "unroll": args.unroll, "init": str(Path(args.init).resolve()) if args.init else None}
@@ -101,23 +100,14 @@ def cmd_train_eagle(args) -> int:
         settings["intermediate"] = args.intermediate
     if args.group_lengths:                     # (likewise)
         settings["group_lengths"] = args.group_lengths
-    if taps:                                   # (final alone: the key older runs' feature caches carry)
-        features_key = {**features_key, "taps": list(taps)}
+    if taps:                                   # (final alone: the settings older runs' checkpoints carry)
         settings["feature_layers"], settings["feature_final"] = list(taps), final
-
-    def make_features():
-        bar = tqdm(total=len(train) + len(held), desc="target features", unit="sequence", file=sys.stderr)
-        out = {"train": answer_features(target, train, on_batch=bar.update, whole=True, taps=taps),
-               "held": answer_features(target, held, on_batch=bar.update, whole=True, taps=taps)}
-        bar.close()
-        return out
-
-    saved = cached(work / "features.pt", features_key, make_features)
-    train_f, held_f = saved["train"], saved["held"]
+    ckpt_path = work / "checkpoint.pt"
+    ckpt = load_checkpoint(ckpt_path, settings)                      # (refused before any features)
+    folder = store_folder(args.data, work, {"model": source.get("model"), "dtype": args.dtype, "taps": list(taps)})
+    train_f, held_f = stored_features(target, [train, held], folder, taps, "target features")
     groups = length_groups(train_f, args.group_lengths) if args.group_lengths else None
     train_t, held_t = [e.tokens for e in train], [e.tokens for e in held]
-    ckpt_path = work / "checkpoint.pt"
-    ckpt = load_checkpoint(ckpt_path, settings)
     if args.init:                                                    # fine-tune a trained head (fp32)
         head = initial_head(args.init, target)
         if head.layout != args.layout:

@@ -13,9 +13,10 @@ from ..model.medusa import MedusaHeads
 from ..proposers.medusa import TREE_SIZES
 from ..tree import tree_from_acceptance
 from .data import frequent_tokens, row_index
-from .medusa import RANKS, acceptance, answer_features, head_targets, kl_loss, train_steps
+from .features import store_folder, stored_features
+from .medusa import RANKS, acceptance, head_targets, kl_loss, train_steps
 from .progress import StepBar
-from .workdir import cached, data_settings, load_checkpoint, resume, save_checkpoint, start_run, train_in_rounds
+from .workdir import data_settings, load_checkpoint, resume, save_checkpoint, start_run, train_in_rounds
 
 
 def trees_json(acc: list[list[float]]) -> dict:
@@ -53,25 +54,18 @@ def model_card(args, info: str, acc: list[list[float]], trees: dict, wall_s: flo
 
 
 def cmd_train_medusa(args) -> int:
-    from tqdm import tqdm
     if not 1 <= args.heads <= 32 or args.steps < 1 or args.batch < 1:      # --eval-every: a typed flag
         raise VerispecError("need --heads in 1..32, --steps and --batch >= 1")
     train, held, target, tok, work = start_run(args)
     feature_settings = data_settings(args)
     settings = {**feature_settings, "heads": args.heads, "head_tokens": args.head_tokens, "steps": args.steps,
                 "batch": args.batch, "lr": args.lr, "seed": args.seed}
-
-    def make_features():
-        bar = tqdm(total=len(train) + len(held), desc="target features", unit="answer", file=sys.stderr)
-        out = {"train": torch.cat(answer_features(target, train, on_batch=bar.update)),
-               "held": torch.cat(answer_features(target, held, on_batch=bar.update))}
-        bar.close()
-        return out
-
-    saved = cached(work / "features.pt", feature_settings, make_features)
-    train_f, held_f = saved["train"], saved["held"]
     ckpt_path = work / "checkpoint.pt"
-    ckpt = load_checkpoint(ckpt_path, settings)
+    ckpt = load_checkpoint(ckpt_path, settings)                      # (refused before any features)
+    folder = store_folder(args.data, work, {"model": feature_settings.get("model"), "dtype": args.dtype, "taps": []})
+    whole = stored_features(target, [train, held], folder, desc="target features")
+    train_f, held_f = (torch.cat([f[e.first - 1:] for f, e in zip(fs, es)])          # [answer rows, D]
+                       for fs, es in zip(whole, (train, held)))
     head_ids = ckpt["head_ids"] if ckpt else frequent_tokens(train, args.head_tokens, set(tok.stop_token_ids))
     head_index = row_index(head_ids, target.cfg.vocab_size)
     ids, probs, _ = head_targets(train, args.heads, head_index)

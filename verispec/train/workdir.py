@@ -61,19 +61,6 @@ def data_settings(args) -> dict:
             "max_answers": args.max_answers, "eval_examples": args.eval_examples}
 
 
-def cached(path: Path, settings: dict, make) -> dict:
-    """The dict saved at `path` if it was made with `settings`; else make() it, save it atomically, return it."""
-    if path.exists():
-        saved = torch.load(path, weights_only=False)
-        if saved.get("settings") != settings:
-            raise VerispecError(f"{path} was made with other flags; use them again or delete {path.parent}")
-        return saved
-    out = {"settings": settings, **make()}
-    with atomic_file(path, "wb") as f:
-        torch.save(out, f)
-    return out
-
-
 def load_checkpoint(path: Path, settings: dict) -> dict | None:
     if not path.exists():
         return None
