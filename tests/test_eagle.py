@@ -50,7 +50,7 @@ def test_resumed_training_equals_uninterrupted(tmp_path, tiny_dir, tiny_distill_
 
 
 def test_a_checkpoint_is_refused_for_other_data_held_out_rows_or_target(tmp_path, tiny_dir, tiny_distill_dir,
-                                                                       capsys):
+                                                                       capsys, monkeypatch):
     """A run's checkpoint in OUT.work belongs to the data as it was (its shards), the held-out rows and the target:
     a rerun with any of them changed is refused in one line, before any features are read or made."""
     import shutil
@@ -62,6 +62,8 @@ def test_a_checkpoint_is_refused_for_other_data_held_out_rows_or_target(tmp_path
     capsys.readouterr()
     other_model = tmp_path / "tiny"
     shutil.copytree(tiny_dir, other_model)
+    from verispec.train import features
+    monkeypatch.setattr(features, "answer_features", lambda *a, **k: pytest.fail("features made"))   # refused first
     for flags in (["--eval-examples", "3"], ["--model", str(other_model)]):
         assert main(base + flags) == 2
         err = capsys.readouterr().err

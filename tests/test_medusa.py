@@ -116,7 +116,7 @@ def test_train_medusa_cli_then_medusa_decoding_equals_plain_greedy(grafted, tmp_
     trees = json.loads((out / "trees.json").read_text())
     assert len(trees["acceptance"]) == 3 and set(trees["trees"]) == {"1", "2", "3", "4", "8", "16", "32", "64"}
     assert "| 1 | token t+2 |" in (out / "README.md").read_text()
-    assert main(flags[:-2] + ["--dtype", "bf16"]) == 2        # other flags than the cached features: refused
+    assert main(flags[:-2] + ["--dtype", "bf16"]) == 2        # other flags than the checkpoint's: refused
 
     from verispec.api import Target, make_engine
     from verispec.engine import GenerationConfig

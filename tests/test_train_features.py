@@ -73,17 +73,38 @@ def test_stored_features_are_those_of_each_sequence(tmp_path, tiny_dir, tiny_dis
         assert f.shape == d.shape and torch.allclose(f, d, atol=1e-5)
         assert torch.equal(f, g)
     assert all(torch.equal(f, g) for f, g in zip(made[:3], again[1]))
+    answers = answer_features(target, examples)                         # what Medusa trained on before the store
+    assert all(torch.allclose(f[e.first - 1:], a, atol=1e-5) for f, e, a in zip(made, examples, answers))
     damaged = next(folder.glob("shard-*.pt"))
     damaged.write_bytes(b"not a tensor file")
     [mended] = store.stored_features(target, [examples], folder)
     assert all(torch.allclose(f, d, atol=1e-5) for f, d in zip(mended, direct))
+    shard = examples[0].shard
+    torch.save({k: f[:, :8] for k, f in store.read_shard(folder / shard).items()}, folder / shard)   # other shape
+    [reshaped] = store.stored_features(target, [examples], folder)
+    assert all(torch.allclose(f, d, atol=1e-5) for f, d in zip(reshaped, direct))
+
+
+def test_the_key_names_the_targets_files_dtype_and_taps(tmp_path, tiny_dir):
+    """New weights at the same path, another dtype or other tapped layers: another store."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_dir, model)
+    first = store.target_settings(str(model), "fp32", ())
+    assert store.target_settings(str(model), "fp32", ()) == first
+    assert store.target_settings(str(model), "bf16", ()) != first
+    assert store.target_settings(str(model), "fp32", (1,)) != first
+    weights = next(model.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes())                                  # rewritten in place
+    assert store.target_settings(str(model), "fp32", ()) != first
 
 
 def test_a_read_only_data_folder_keeps_its_features_in_the_work_folder(tmp_path, tiny_dir, tiny_distill_dir,
                                                                        monkeypatch):
     data = tmp_path / "data"
     shutil.copytree(tiny_distill_dir, data, ignore=shutil.ignore_patterns("features"))
-    monkeypatch.setattr(store, "writable", lambda folder: False)
+    monkeypatch.setattr(store, "writable", lambda folder: not str(folder).startswith(str(data)))
     assert eagle(data, tmp_path / "h", tiny_dir) == 0
     assert not (data / "features").exists()
     assert list((tmp_path / "h.work" / "features").glob("*/shard-*.pt"))
+    monkeypatch.setattr(store, "writable", lambda folder: False)
+    assert eagle(data, tmp_path / "i", tiny_dir) == 2                  # nowhere to write: one line, no traceback

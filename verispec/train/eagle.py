@@ -1,7 +1,7 @@
 """`verispec train-eagle`: an EAGLE head on the frozen target's features, over distill-data sequences.
 
 1. Features: the target (frozen, in --dtype, on PyTorch's operators) runs over each whole sequence once; row j
-   is its final-normed hidden state f_j at position j. Cached in the work folder.
+   is its final-normed hidden state f_j at position j. Kept beside the data (`features.py`).
 2. Training: at position j the head sees f_j (plus uniform noise, as EAGLE does, so it tolerates its own
    imperfect predictions when drafting) and token x_{j+1}, and predicts f_{j+1}. Loss: smooth L1 to f_{j+1}
    (feature regression) plus `cls_weight` x the KL divergence from the target's distribution

@@ -12,7 +12,8 @@ def _head_training_flags(p: argparse.ArgumentParser, what: str, batch: int, batc
                          eval_examples: int) -> None:
     """Flags shared by the commands that train on the target's features (train-medusa, train-eagle)."""
     p.add_argument("--data", required=True, help="a distill-data folder")
-    p.add_argument("--out", required=True, help=f"output {what} (features, checkpoints go to OUT.work/)")
+    p.add_argument("--out", required=True,
+                   help=f"output {what} (checkpoints go to OUT.work/; the target's features to DATA/features/)")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
     p.add_argument("--model", help="the target the data came from (default: SmolLM2-135M)")
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="bf16", help="the target's dtype for features")

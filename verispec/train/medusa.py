@@ -1,7 +1,7 @@
 """`verispec train-medusa`: Medusa heads on the frozen target's last hidden states, from distill-data output.
 
 1. Features: the target (frozen, in the dtype it decodes in) runs over each answer once; the final-normed
-   hidden state at the position predicting answer token t is row t. Cached in the work folder.
+   hidden state at the position predicting answer token t is row t. Kept beside the data (`features.py`).
 2. Training: head i (i = 1..K) on row t learns the target's distribution for answer token t + i: KL to the
    stored top-K probabilities (distillation), restricted to the heads' output tokens.
 3. Held-out measurement: acceptance[d][r] = how often head d + 1's rank-r choice is the target's greedy token

@@ -12,7 +12,7 @@ from ..errors import VerispecError
 from ..model.eagle import EagleHead
 from .data import frequent_tokens
 from .eagle import draft_acceptance, eagle_loss, length_groups, pad_batch, train_steps
-from .features import store_folder, stored_features
+from .features import store_folder, stored_features, target_settings
 from .progress import StepBar
 from .workdir import data_settings, load_checkpoint, resume, save_checkpoint, start_run, train_in_rounds
 
@@ -89,8 +89,8 @@ def cmd_train_eagle(args) -> int:
         raise VerispecError("--init starts from a head on the final feature: use it with --feature-layers final")
     train, held, target, tok, work = start_run(args)
     taps, final = parse_layers(args.feature_layers, target.cfg.num_layers)
-    source = data_settings(args)
-    settings = {**source, "head_tokens": None if args.init else args.head_tokens,   # (--init: the head's own)
+    settings = {**data_settings(args),
+                "head_tokens": None if args.init else args.head_tokens,   # (--init: the initial head's own)
                 "steps": args.steps, "batch": args.batch, "lr": args.lr, "seed": args.seed,
                 "cls_weight": args.cls_weight, "noise": args.noise, "bf16_autocast": args.bf16_autocast,
                 "unroll": args.unroll, "init": str(Path(args.init).resolve()) if args.init else None}
@@ -104,7 +104,7 @@ def cmd_train_eagle(args) -> int:
         settings["feature_layers"], settings["feature_final"] = list(taps), final
     ckpt_path = work / "checkpoint.pt"
     ckpt = load_checkpoint(ckpt_path, settings)                      # (refused before any features)
-    folder = store_folder(args.data, work, {"model": source.get("model"), "dtype": args.dtype, "taps": list(taps)})
+    folder = store_folder(args.data, work, target_settings(args.model, args.dtype, taps))
     train_f, held_f = stored_features(target, [train, held], folder, taps, "target features")
     groups = length_groups(train_f, args.group_lengths) if args.group_lengths else None
     train_t, held_t = [e.tokens for e in train], [e.tokens for e in held]

@@ -13,7 +13,7 @@ from ..model.medusa import MedusaHeads
 from ..proposers.medusa import TREE_SIZES
 from ..tree import tree_from_acceptance
 from .data import frequent_tokens, row_index
-from .features import store_folder, stored_features
+from .features import store_folder, stored_features, target_settings
 from .medusa import RANKS, acceptance, head_targets, kl_loss, train_steps
 from .progress import StepBar
 from .workdir import data_settings, load_checkpoint, resume, save_checkpoint, start_run, train_in_rounds
@@ -62,10 +62,11 @@ def cmd_train_medusa(args) -> int:
                 "batch": args.batch, "lr": args.lr, "seed": args.seed}
     ckpt_path = work / "checkpoint.pt"
     ckpt = load_checkpoint(ckpt_path, settings)                      # (refused before any features)
-    folder = store_folder(args.data, work, {"model": feature_settings.get("model"), "dtype": args.dtype, "taps": []})
+    folder = store_folder(args.data, work, target_settings(args.model, args.dtype, ()))
     whole = stored_features(target, [train, held], folder, desc="target features")
     train_f, held_f = (torch.cat([f[e.first - 1:] for f, e in zip(fs, es)])          # [answer rows, D]
                        for fs, es in zip(whole, (train, held)))
+    del whole                                                # (the prompts' rows: not needed from here)
     head_ids = ckpt["head_ids"] if ckpt else frequent_tokens(train, args.head_tokens, set(tok.stop_token_ids))
     head_index = row_index(head_ids, target.cfg.vocab_size)
     ids, probs, _ = head_targets(train, args.heads, head_index)

@@ -55,8 +55,8 @@ def source_settings(args) -> dict:
 
 
 def data_settings(args) -> dict:
-    """The flags that decide what the target's features are: the data, the target and how it read them (the key
-    of the cached features; part of every checkpoint's settings)."""
+    """The flags that decide what a run trains on: the data, the target and how it read them (part of every
+    checkpoint's settings)."""
     return {**source_settings(args), "max_tokens": args.max_tokens, "dtype": args.dtype,
             "max_answers": args.max_answers, "eval_examples": args.eval_examples}
 
