@@ -26,9 +26,7 @@ from .data import Example
 from .medusa import answer_features
 
 UNSHARDED = "unsharded.pt"      # the file of examples that name no shard
-
-
-FORMAT = 1          # of the store's files; part of KEY
+FORMAT = 1                      # of the store's files; part of KEY
 
 
 def target_settings(model: str | None, dtype: str, taps: tuple[int, ...]) -> dict:
