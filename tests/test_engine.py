@@ -162,6 +162,28 @@ def test_draft_tree_greedy_equals_plain(grafted, target_fp32, plain_outputs, gra
     assert accepted > 0 and bool(grafted) == bool(graft)
 
 
+def test_draft_tree_with_auto_k_cuts_its_tree_and_keeps_greedy_output(target_fp32, plain_outputs):
+    """Under k = "auto" draft-tree verifies its tree cut to the depth predicted fastest (`autok.AutoCut`): where
+    rows are dear, shallow cuts. Every cut keeps plain decoding's output."""
+    from verispec.api import DEFAULT_DRAFT
+    from verispec.autok import CostProfile
+    from verispec.proposers import draft_tree
+    model, tok = target_fp32
+    draft, _, _ = loader.load(DEFAULT_DRAFT, "fp32", need_tokenizer=False, target_embedding=model.embed.weight)
+    proposer, cuts = draft_tree.DraftTreeProposer(draft), []
+    whole = proposer._tree
+    proposer._tree = lambda context, k: cuts.append(k) or whole(context, k)
+    dear = CostProfile({n: 1 + 0.12 * (n - 1) for n in range(1, 20)}, {"draft": 0.05}, {"draft": 0.7})
+    engine = Engine(model, proposer, dear)
+    cfg = GenerationConfig(max_new_tokens=MAX_NEW, k="auto", stop_token_ids=tok.stop_token_ids)
+    accepted = 0
+    for prompt, expected in zip(PROMPTS, plain_outputs):
+        g = engine.generate(tok.prompt_ids(prompt), cfg)
+        assert g.token_ids == expected, prompt
+        accepted += g.stats.accepted_tokens
+    assert accepted > 0 and cuts and max(cuts) < proposer.tree.depth and set(cuts) >= {1}
+
+
 def test_draft_tree_copying_the_context_keeps_greedy_output(copied, monkeypatch, target_fp32, plain_outputs):
     """With "+ngram", a repeated suffix's continuation is verified alone, the draft model skipped and caught up
     later (`lookup_first`): still plain decoding's output. (2 repeated tokens are made enough here.)"""

@@ -89,7 +89,7 @@ def test_auto_k_drafts_only_where_the_answer_repays_the_drafts_reading_of_the_pr
     prof = CostProfile(curve=curve, tree_curve={4: 1.3, 8: 1.6}, draft_cost={"draft": 0.1}, alpha={"draft": 0.8})
     tree = prof.tree_chooser("draft-tree", topk_per_depth([2, 2, 1, 1, 1]), margin=0.1)   # predicted 1.29x
     assert [tree.next_k(3000 + i, 64 - i) for i in range(30)] == [0] * 30     # 30 steps' catch-up: not even a probe
-    assert prof.tree_chooser("draft-tree", topk_per_depth([2, 2, 1, 1, 1])).next_k(3000, 5000) == 5
+    assert prof.tree_chooser("draft-tree", topk_per_depth([2, 2, 1, 1, 1])).next_k(3000, 5000) == 2   # best cut
 
 
 def test_auto_k_probes_less_and_less_while_probes_fail_and_resets_when_drafts_pay():
@@ -137,29 +137,71 @@ def test_auto_k_needs_a_predicted_gain_above_the_margin():
         assert auto.next_k() == (k if gain >= 1 + MARGIN else 0), alpha
 
 
-def test_a_draft_models_tree_is_gated_from_its_chains_profile():
-    """draft-tree has no expected yield of its own: its prior is the chain's yield at the draft's profiled alpha,
-    and a cycle costs the tree's verification plus one draft pass per depth at the chain's per-token c. A draft
-    that the profile says fails decodes plainly (the gate shut draft-tree's 0.58x on general prompts); one that
-    the profile says succeeds verifies the whole tree."""
-    from verispec.autok import CostProfile
+def test_a_draft_models_tree_is_cut_to_the_depth_that_pays():
+    """draft-tree has no expected yield of its own: each depth's acceptance starts at the draft's profiled chain
+    alpha, and the tree cut to depth k costs its nodes' verification plus k draft passes at the chain's per-token
+    c (or the measured cycle's share). The cut with the best predicted speedup is verified, none where none pays;
+    where rows are cheap, the whole tree. Before session 61 the tree was gated whole: shut where the chain pays,
+    and each probe verified all 18 nodes (draft-tree 0.95x plain where rows are dear)."""
+    from verispec.autok import AutoCut, CostProfile
     from verispec.tree import topk_per_depth
-    tree = topk_per_depth([2, 2, 1, 1, 1])                      # 18 nodes, 5 deep
+    tree = topk_per_depth([2, 2, 1, 1, 1])                      # 18 nodes, 5 deep: 2, 6, 10, 14, 18 down to each
     curve = {n: 1 + 0.05 * (n - 1) for n in range(1, 17)}
     tree_curve = {4: 1.15, 8: 1.35, 16: 2.0, 32: 3.6}
-    weak = CostProfile(curve, {"draft": 0.09}, {"draft": 0.5}, tree_curve=tree_curve).tree_chooser("draft-tree", tree)
-    assert weak.cost == pytest.approx(2.0 + 2 * (3.6 - 2.0) / 16 + 5 * 0.09)
-    assert weak.mean_accepted == pytest.approx(sum(0.5 ** i for i in range(1, 6)))
-    assert weak.next_k() == 0
-    strong = CostProfile(curve, {"draft": 0.09}, {"draft": 0.9}, tree_curve=tree_curve).tree_chooser("draft-tree", tree)
-    assert strong.next_k() == 5
-    measured = CostProfile(curve, {"draft": 0.09, "draft-tree": 0.3}, {"draft": 0.9}, tree_curve=tree_curve)
-    assert measured.tree_chooser("draft-tree", tree).cost == pytest.approx(weak.cost - 5 * 0.09 + 0.3)
+
+    def chooser(alpha, draft_cost=None, curves=(curve, tree_curve)):
+        prof = CostProfile(curves[0], draft_cost or {"draft": 0.09}, {"draft": alpha}, tree_curve=curves[1])
+        return prof, prof.tree_chooser("draft-tree", tree)
+
+    prof, weak = chooser(0.5)
+    assert isinstance(weak, AutoCut) and weak.depth == 5
+    sizes = [tree.cut(d).size for d in range(1, 6)]
+    assert sizes == [2, 6, 10, 14, 18]
+    assert [weak.costs[d - 1] for d in range(1, 6)] == pytest.approx([prof.tree_cost(n) + d * 0.09
+                                                                    for d, n in enumerate(sizes, 1)])
+    assert weak.costs[4] == pytest.approx(2.0 + 2 * (3.6 - 2.0) / 16 + 5 * 0.09)   # the whole tree, as before
+    assert weak.reach() == pytest.approx([0.5 ** d for d in range(1, 6)])
+    gains = [(1 + sum(0.5 ** i for i in range(1, d + 1))) / weak.costs[d - 1] for d in range(1, 6)]
+    assert weak.gains() == pytest.approx(gains)
+    assert weak.next_k() == 1 + gains.index(max(gains)) == 1          # the whole tree would lose (gain < 1)
+    assert gains[4] < 1
+    assert chooser(0.15)[1].next_k() == 0                              # no cut pays: plain decoding
+    strong = chooser(0.9)[1]
+    assert strong.next_k() == 1 + strong.gains().index(max(strong.gains())) == 3
+    cheap = chooser(0.9, curves=({n: 1 + 0.01 * (n - 1) for n in range(1, 17)}, {4: 1.02, 8: 1.04, 16: 1.08}))[1]
+    assert cheap.next_k() == 5                                         # rows nearly free: the whole tree
+    measured = chooser(0.5, {"draft": 0.09, "draft-tree": 0.3})[1]    # a measured cycle: its share per depth
+    assert measured.costs[4] == pytest.approx(weak.costs[4] - 5 * 0.09 + 0.3)
+    assert measured.costs[0] == pytest.approx(weak.costs[0] - 0.09 + 0.3 / 5)
+    grafted = CostProfile(curve, {"draft": 0.09}, {"draft": 0.5}, tree_curve=tree_curve).tree_chooser(
+        "draft-tree", tree, open_k=12)
+    assert not isinstance(grafted, AutoCut)                            # with "+ngram": gated whole, as Medusa's
+
+
+def test_a_cut_tree_follows_what_each_depth_accepts_and_probes_at_depth_one():
+    from verispec.autok import AutoCut
+    auto = AutoCut([1 + 0.2 * k for k in range(1, 5)], prior_alpha=0.6, probe_every=4, max_probe_every=8)
+    assert auto.next_k() == 2
+    for _ in range(40):                                 # every path is accepted whole: deeper cuts pay
+        auto.update(checked=auto.depth, accepted=auto.depth)
+    assert auto.next_k() == 4 and auto.reach()[-1] > 0.95
+    before = (list(auto.hits), list(auto.tries))
+    auto.update(checked=3, accepted=3, drafted=False)   # a lookup chain in the tree's place: not the draft's tree
+    auto.update(checked=0, accepted=0)                  # nothing verified
+    assert (auto.hits, auto.tries) == before
+    for _ in range(40):                                 # now nothing is accepted at depth 1
+        auto.update(checked=1, accepted=0)
+    ks = [auto.next_k() for _ in range(12)]
+    assert ks == [0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1]   # plain decoding, probes of the cheapest cut, backing off
+    hits, tries = list(auto.hits), list(auto.tries)
+    auto.update(checked=2, accepted=1)                  # depth 1 held, depth 2 failed, depths 3-4 untried
+    assert auto.hits == pytest.approx([0.9 * hits[0] + 1, 0.9 * hits[1], hits[2], hits[3]])
+    assert auto.tries == pytest.approx([0.9 * tries[0] + 1, 0.9 * tries[1] + 1, tries[2], tries[3]])
 
 
 def test_auto_k_gates_draft_tree_in_the_engine(target_fp32):
     from verispec.api import DEFAULT_DRAFT
-    from verispec.autok import MARGIN, AutoTree, CostProfile
+    from verispec.autok import MARGIN, AutoCut, CostProfile
     from verispec.engine import GenerationConfig, Sequence
     from verispec.model import loader
     from verispec.proposers.draft_tree import DraftTreeProposer
@@ -168,7 +210,7 @@ def test_auto_k_gates_draft_tree_in_the_engine(target_fp32):
     draft, _, _ = loader.load(DEFAULT_DRAFT, "fp32", need_tokenizer=False, target_embedding=model.embed.weight)
     seq = Sequence(model, DraftTreeProposer(draft), tok.prompt_ids("Hi"), GenerationConfig(max_new_tokens=4, k="auto"),
                    CostProfile())
-    assert isinstance(seq.auto, AutoTree) and seq.auto.depth == 5 and seq.auto.margin == 0.0
+    assert isinstance(seq.auto, AutoCut) and seq.auto.depth == 5 and seq.auto.margin == 0.0
     sampled = Sequence(model, DraftTreeProposer(draft), tok.prompt_ids("Hi"),
                        GenerationConfig(max_new_tokens=4, k="auto", sampling=SamplingConfig(1.0)), CostProfile())
     assert sampled.auto.margin == MARGIN              # T > 0: sampling at every node costs what greedy timing missed

@@ -117,23 +117,29 @@ class CostProfile:
         """Verify the static `tree` or decode plainly. `expected_accepted` None (a draft model's tree, whose yield
         is not known ahead): the prior is the chain's yield at the method's chain alpha (the tree holds that
         chain), and a cycle's drafting, where the profile has no per-cycle cost for `method`, is one draft pass
-        per depth at the chain's per-token cost. `open_k`: the k a verified cycle asks for (default the tree's
+        per depth at the chain's per-token cost; such a tree without a grafted n-gram path is cut each cycle to
+        the depth that pays (`AutoCut`). `open_k`: the k a verified cycle asks for (default the tree's
         depth; a tree with a grafted n-gram path asks for more, which only its lookup chains can use)."""
         chain = CHAIN_OF.get(method, method)
         c = self.draft_cost.get(method)
+        per_token = self.draft_cost.get(chain, 0.05) if method in CHAIN_OF else None
+        catch_up = None if per_token is None else lambda n: per_token * cost_ratio(self.curve, n)
         if expected_accepted is None:
             a = min(self.alpha.get(chain, DEFAULT_ALPHA.get(chain, 0.5)), 0.999)
+            if method in CHAIN_OF and open_k is None:   # a draft model's tree: cut to the depth that pays
+                # a cycle's drafting: the measured cycle's share per depth, or the chain's per token
+                per_depth = per_token if c is None else c / tree.depth
+                costs = [self.tree_cost(tree.cut(k).size) + k * per_depth for k in range(1, tree.depth + 1)]
+                return AutoCut(costs, a, margin=margin, catch_up=catch_up)
             expected_accepted = sum(a ** i for i in range(1, tree.depth + 1))
             if c is None:
                 c = tree.depth * self.draft_cost.get(chain, 0.05)
         c = 0.05 if c is None else c
-        per_token = self.draft_cost.get(chain, 0.05) if method in CHAIN_OF else None
         # a cycle costs what it verified: the tree, a grafted n-gram path's nodes where the context repeats, or
         # a lookup chain in the tree's place
         return AutoTree(self.tree_cost(tree.size) + c, tree.depth, expected_accepted, margin=margin,
                         cost_of=self._cycle_cost(c),
-                        open_k=open_k,
-                        catch_up=None if per_token is None else lambda n: per_token * cost_ratio(self.curve, n))
+                        open_k=open_k, catch_up=catch_up)
 
 
 class _Probing:
@@ -263,3 +269,55 @@ class AutoTree(_Probing):
         self.total = self.forget * self.total + accepted
         self.spent = self.forget * self.spent + spent
         self.weight = self.forget * self.weight + 1
+
+
+class AutoCut(_Probing):
+    """A draft model's static tree, cut each cycle to the depth predicted fastest, or plain decoding (k = 0).
+
+    Each depth d has a running conditional acceptance a_d (a path that reached depth d - 1 goes on to d), from a
+    Beta prior at the draft's chain alpha, older cycles fading. Cut to depth k, the tree yields 1 + sum over d <= k
+    of a_1 ... a_d tokens a cycle for `costs[k - 1]` plain steps (its nodes' verification, k draft passes): the k
+    with the best ratio is verified if it wins by the margin. After idling, a probe verifies the cut to depth 1,
+    the cheapest. Where rows are dear the whole tree never pays, and gating it whole lost twice: the gate stayed
+    shut where the draft's chain pays, and each probe verified all 18 nodes (draft-tree ran 0.95x plain on the
+    default model in bf16 on an AVX-512 CPU without AMX, where a verified row costs 0.13-0.16 plain steps;
+    session 61)."""
+
+    def __init__(self, costs: list[float], prior_alpha: float, prior_weight: float = 4.0, forget: float = 0.9,
+                 probe_every: int = 8, max_probe_every: int = 64, margin: float = 0.0,
+                 catch_up: Callable[[int], float] | None = None):
+        super().__init__(probe_every, max_probe_every, margin, catch_up)
+        self.costs, self.depth, self.forget = list(costs), len(costs), forget   # costs[k - 1]: the cut to depth k
+        self.hits = [prior_alpha * prior_weight] * self.depth      # per depth: paths that went on, faded
+        self.tries = [float(prior_weight)] * self.depth            # per depth: paths that reached the depth before
+
+    def reach(self) -> list[float]:
+        """The chance that a cycle's accepted path reaches depth d, for d = 1 .. depth."""
+        out, p = [], 1.0
+        for hit, tried in zip(self.hits, self.tries):
+            p *= hit / tried
+            out.append(p)
+        return out
+
+    def gains(self) -> list[float]:
+        """The predicted speedup of the tree cut to depth k, for k = 1 .. depth."""
+        reach = self.reach()
+        return [(1 + sum(reach[:k])) / cost for k, cost in enumerate(self.costs, 1)]
+
+    def next_k(self, behind: int = 0, remaining: int | None = None) -> int:
+        gains = self.gains()
+        k = 1 + max(range(self.depth), key=gains.__getitem__)
+        if gains[k - 1] < 1 + self.margin or not self.repays(behind, remaining, gains[k - 1]):
+            k = 0
+        # a probe after idling: only if some cut, every path of it accepted whole, would repay the catch-up
+        best_case = max((1 + d) / cost for d, cost in enumerate(self.costs, 1))
+        return self._gate(k, 1, k > 0 or self.repays(behind, remaining, best_case))
+
+    def update(self, checked: int, accepted: int, nodes: int | None = None, drafted: bool = True) -> None:
+        """A verified cycle: depths 1 .. `checked` were tried, the first `accepted` held. A lookup chain verified
+        in the tree's place (`drafted` False) says nothing of the draft's tree."""
+        if checked == 0 or not drafted:
+            return
+        for d in range(checked):
+            self.hits[d] = self.forget * self.hits[d] + (d < accepted)
+            self.tries[d] = self.forget * self.tries[d] + 1

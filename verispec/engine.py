@@ -127,8 +127,8 @@ class Sequence:
         self.out: list[int] = []
         self.finish_reason: str | None = None
         # k = "auto": chains choose k every cycle; a static tree whose yield the proposer knows (Medusa's, EAGLE's
-        # heads) or whose drafter has a chain's profile (draft-tree: `CHAIN_OF`) is verified whole or not at all,
-        # whichever is predicted faster; so is a dynamic tree
+        # heads) is verified whole or not at all, whichever is predicted faster, and so is a dynamic tree; a
+        # draft model's tree (draft-tree: `CHAIN_OF`) is cut each cycle to the depth predicted fastest
         self.auto = None
         if cfg.k == "auto" and proposer is not None:
             expected = proposer.expected_accepted
