@@ -87,8 +87,8 @@ def test_auto_k_drafts_only_where_the_answer_repays_the_drafts_reading_of_the_pr
     assert AutoK(c=0.3, curve=curve, prior_alpha=0.8).next_k(1000) > 0         # no bound on the answer
     from verispec.tree import topk_per_depth
     prof = CostProfile(curve=curve, tree_curve={4: 1.3, 8: 1.6}, draft_cost={"draft": 0.1}, alpha={"draft": 0.8})
-    tree = prof.tree_chooser("draft-tree", topk_per_depth([2, 2, 1, 1, 1]), margin=0.1)   # predicted 1.29x
-    assert [tree.next_k(3000 + i, 64 - i) for i in range(30)] == [0] * 30     # 30 steps' catch-up: not even a probe
+    tree = prof.tree_chooser("draft-tree", topk_per_depth([2, 2, 1, 1, 1]), margin=0.1)   # best cut 1.48x
+    assert [tree.next_k(6000 + i, 48 - i) for i in range(30)] == [0] * 30     # 60 steps' catch-up: not even a probe
     assert prof.tree_chooser("draft-tree", topk_per_depth([2, 2, 1, 1, 1])).next_k(3000, 5000) == 2   # best cut
 
 
@@ -173,9 +173,26 @@ def test_a_draft_models_tree_is_cut_to_the_depth_that_pays():
     measured = chooser(0.5, {"draft": 0.09, "draft-tree": 0.3})[1]    # a measured cycle: its share per depth
     assert measured.costs[4] == pytest.approx(weak.costs[4] - 5 * 0.09 + 0.3)
     assert measured.costs[0] == pytest.approx(weak.costs[0] - 0.09 + 0.3 / 5)
+    short = CostProfile(curve, {"draft": 0.09, "draft-tree": 0.3}, {"draft": 0.5}, tree_curve=tree_curve).tree_chooser(
+        "draft-tree", tree.cut(2), full_depth=5)                       # --k-max 2: the share is still a fifth
+    assert short.costs == pytest.approx(measured.costs[:2])
     grafted = CostProfile(curve, {"draft": 0.09}, {"draft": 0.5}, tree_curve=tree_curve).tree_chooser(
         "draft-tree", tree, open_k=12)
     assert not isinstance(grafted, AutoCut)                            # with "+ngram": gated whole, as Medusa's
+
+
+def test_a_cut_grows_deeper_when_the_shallow_depths_accept_more_than_the_prior_said():
+    """Depths below the cuts verified so far have no tries of their own: they follow the rate pooled over all
+    depths, so a draft that proves better than its profiled alpha gets deeper cuts (before, they kept the prior
+    and the cut stayed shallow for good)."""
+    from verispec.autok import AutoCut
+    auto = AutoCut([1.1 + 0.15 * k for k in range(1, 6)], prior_alpha=0.3)
+    ks = []
+    for _ in range(40):
+        k = auto.next_k()
+        ks.append(k)
+        auto.update(checked=k, accepted=k)              # every drafted token accepted
+    assert ks[0] == 1 and ks[-1] == 5
 
 
 def test_a_cut_tree_follows_what_each_depth_accepts_and_probes_at_depth_one():

@@ -113,12 +113,13 @@ class CostProfile:
                         cost_of=self._cycle_cost(c))
 
     def tree_chooser(self, method: str, tree, expected_accepted: float | None = None,
-                     margin: float = 0.0, open_k: int | None = None) -> "AutoTree":
+                     margin: float = 0.0, open_k: int | None = None, full_depth: int | None = None):
         """Verify the static `tree` or decode plainly. `expected_accepted` None (a draft model's tree, whose yield
         is not known ahead): the prior is the chain's yield at the method's chain alpha (the tree holds that
         chain), and a cycle's drafting, where the profile has no per-cycle cost for `method`, is one draft pass
         per depth at the chain's per-token cost; such a tree without a grafted n-gram path is cut each cycle to
-        the depth that pays (`AutoCut`). `open_k`: the k a verified cycle asks for (default the tree's
+        the depth that pays (`AutoCut`); `full_depth`: the depth of the uncut tree, whose cycle a measured
+        per-cycle c is (default `tree`'s). `open_k`: the k a verified cycle asks for (default the tree's
         depth; a tree with a grafted n-gram path asks for more, which only its lookup chains can use)."""
         chain = CHAIN_OF.get(method, method)
         c = self.draft_cost.get(method)
@@ -128,7 +129,7 @@ class CostProfile:
             a = min(self.alpha.get(chain, DEFAULT_ALPHA.get(chain, 0.5)), 0.999)
             if method in CHAIN_OF and open_k is None:   # a draft model's tree: cut to the depth that pays
                 # a cycle's drafting: the measured cycle's share per depth, or the chain's per token
-                per_depth = per_token if c is None else c / tree.depth
+                per_depth = per_token if c is None else c / (full_depth or tree.depth)
                 costs = [self.tree_cost(tree.cut(k).size) + k * per_depth for k in range(1, tree.depth + 1)]
                 return AutoCut(costs, a, margin=margin, catch_up=catch_up)
             expected_accepted = sum(a ** i for i in range(1, tree.depth + 1))
@@ -274,8 +275,10 @@ class AutoTree(_Probing):
 class AutoCut(_Probing):
     """A draft model's static tree, cut each cycle to the depth predicted fastest, or plain decoding (k = 0).
 
-    Each depth d has a running conditional acceptance a_d (a path that reached depth d - 1 goes on to d), from a
-    Beta prior at the draft's chain alpha, older cycles fading. Cut to depth k, the tree yields 1 + sum over d <= k
+    Each depth d has a running conditional acceptance a_d (a path that reached depth d - 1 goes on to d), older
+    cycles fading, shrunk toward a pooled rate: every depth's tries together, from a Beta prior at the draft's
+    chain alpha. So a depth below the cuts verified so far follows what the shallower depths accept, and a cut
+    can grow deeper when they accept more than the prior said. Cut to depth k, the tree yields 1 + sum over d <= k
     of a_1 ... a_d tokens a cycle for `costs[k - 1]` plain steps (its nodes' verification, k draft passes): the k
     with the best ratio is verified if it wins by the margin. After idling, a probe verifies the cut to depth 1,
     the cheapest. Where rows are dear the whole tree never pays, and gating it whole lost twice: the gate stayed
@@ -288,14 +291,17 @@ class AutoCut(_Probing):
                  catch_up: Callable[[int], float] | None = None):
         super().__init__(probe_every, max_probe_every, margin, catch_up)
         self.costs, self.depth, self.forget = list(costs), len(costs), forget   # costs[k - 1]: the cut to depth k
-        self.hits = [prior_alpha * prior_weight] * self.depth      # per depth: paths that went on, faded
-        self.tries = [float(prior_weight)] * self.depth            # per depth: paths that reached the depth before
+        self.weight = prior_weight
+        self.hits = [0.0] * self.depth        # per depth: paths that went on, faded
+        self.tries = [0.0] * self.depth       # per depth: paths that reached the depth before it, faded
+        self.pool = [prior_alpha * prior_weight, float(prior_weight)]   # all depths' hits and tries, with the prior
 
     def reach(self) -> list[float]:
         """The chance that a cycle's accepted path reaches depth d, for d = 1 .. depth."""
+        pooled = self.pool[0] / self.pool[1]
         out, p = [], 1.0
         for hit, tried in zip(self.hits, self.tries):
-            p *= hit / tried
+            p *= (hit + pooled * self.weight) / (tried + self.weight)
             out.append(p)
         return out
 
@@ -321,3 +327,4 @@ class AutoCut(_Probing):
         for d in range(checked):
             self.hits[d] = self.forget * self.hits[d] + (d < accepted)
             self.tries[d] = self.forget * self.tries[d] + 1
+        self.pool = [self.forget * self.pool[0] + min(accepted, checked), self.forget * self.pool[1] + checked]
