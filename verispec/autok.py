@@ -113,7 +113,8 @@ class CostProfile:
                         cost_of=self._cycle_cost(c))
 
     def tree_chooser(self, method: str, tree, expected_accepted: float | None = None,
-                     margin: float = 0.0, open_k: int | None = None, full_depth: int | None = None):
+                     margin: float = 0.0, open_k: int | None = None,
+                     full_depth: int | None = None) -> "AutoTree | AutoCut":
         """Verify the static `tree` or decode plainly. `expected_accepted` None (a draft model's tree, whose yield
         is not known ahead): the prior is the chain's yield at the method's chain alpha (the tree holds that
         chain), and a cycle's drafting, where the profile has no per-cycle cost for `method`, is one draft pass
