@@ -183,12 +183,13 @@ def test_a_dynamic_trees_prior_yield_is_the_best_static_tree_of_its_size(tiny_di
     assert eagle_proposer(target, str(tiny_eagle[0])).expected_accepted is None          # a chain: alpha's
 
 
-def test_a_static_tree_has_its_heads_yield_and_auto_k_gates_it(tiny_dir, tiny_eagle):
-    """A static EAGLE tree's prior yield comes from the head's measured acceptance, so `--k auto` verifies it or
-    decodes plainly, whichever the cost model predicts faster (it always drafted before: 0.90x plain in gguf-q8 on
-    an AVX2-only CPU, where the head costs 0.3 of a pass)."""
+def test_a_static_tree_has_its_heads_yield_and_auto_k_gates_or_cuts_it(tiny_dir, tiny_eagle):
+    """A static EAGLE tree's prior yield comes from the head's measured acceptance, so `--k auto` verifies it (with
+    a grafted n-gram path, whole; without, cut to the depth that pays) or decodes plainly, whichever the cost model
+    predicts faster (it always drafted before: 0.90x plain in gguf-q8 on an AVX2-only CPU, where the head costs
+    0.3 of a pass)."""
     from verispec.api import Target, eagle_proposer
-    from verispec.autok import AutoTree, CostProfile
+    from verispec.autok import AutoCut, AutoTree, CostProfile
     from verispec.engine import GenerationConfig, Sequence
     from verispec.tree import expected_accepted
     target = Target.load(str(tiny_dir), "fp32", "cpu")
@@ -203,9 +204,10 @@ def test_a_static_tree_has_its_heads_yield_and_auto_k_gates_it(tiny_dir, tiny_ea
     # open, it asks for k_max, not the tree's depth: a lookup chain verified in the tree's place (or a grafted
     # path) may run that long, as without the gate (k = depth cut them to 3 tokens)
     assert seq.auto.next_k() == GenerationConfig().k_max > prop.tree.depth
-    bare = eagle_proposer(target, str(tiny_eagle[0]), "4")                  # no graft: k is the tree's depth
-    assert Sequence(target.model, bare, prompt, GenerationConfig(max_new_tokens=4, k="auto"),
-                    cheap).auto.next_k() == bare.tree.depth
+    bare = eagle_proposer(target, str(tiny_eagle[0]), "4")                  # no graft: the tree's depth at most
+    cut = Sequence(target.model, bare, prompt, GenerationConfig(max_new_tokens=4, k="auto"), cheap).auto
+    assert isinstance(cut, AutoCut) and cut.reach()[0] == pytest.approx(bare.expected_reach[0])
+    assert cut.next_k() == 1 + cut.gains().index(max(cut.gains())) <= bare.tree.depth
     dear = CostProfile(tree_curve={4: 1.1, 8: 1.2}, draft_cost={"eagle": 3.0})      # no yield repays 4 passes
     seq = Sequence(target.model, prop, prompt, GenerationConfig(max_new_tokens=4, k="auto"), dear)
     assert seq.auto.next_k() == 0

@@ -211,6 +211,34 @@ def test_shipped_medusa_heads_greedy_equal_plain(target_fp32, plain_outputs):
     assert accepted > 0
 
 
+def test_medusa_with_auto_k_cuts_its_tree_and_keeps_greedy_output(target_fp32, plain_outputs):
+    """Under k = "auto" Medusa's static tree is cut each cycle to the depth predicted fastest from its heads'
+    measured reach (`autok.AutoCut`): where rows are dear, shallow cuts. Every cut keeps plain decoding's output."""
+    import torch
+
+    from verispec.api import DEFAULT_MEDUSA
+    from verispec.autok import AutoCut, CostProfile
+    from verispec.model.medusa import load_heads
+    from verispec.proposers.medusa import MedusaProposer
+    from verispec.tree import tree_from_acceptance
+    model, tok = target_fp32
+    heads, trees = load_heads(DEFAULT_MEDUSA, model, torch.float32)
+    proposer = MedusaProposer(heads, tree_from_acceptance(trees["acceptance"], 16)[0], trees["acceptance"])
+    cuts, whole = [], proposer._tree
+    proposer._tree = lambda k: cuts.append(k) or whole(k)
+    dear = CostProfile({n: 1 + 0.02 * (n - 1) for n in range(1, 20)}, {"medusa": 0.02},
+                       tree_curve={4: 1.1, 8: 1.5, 16: 2.2, 32: 4.0})
+    engine = Engine(model, proposer, dear)
+    cfg = GenerationConfig(max_new_tokens=MAX_NEW, k="auto", stop_token_ids=tok.stop_token_ids)
+    assert isinstance(engine.sequence(tok.prompt_ids("Hi"), cfg).auto, AutoCut)
+    accepted = 0
+    for prompt, expected in zip(PROMPTS, plain_outputs):
+        g = engine.generate(tok.prompt_ids(prompt), cfg)
+        assert g.token_ids == expected, prompt
+        accepted += g.stats.accepted_tokens
+    assert accepted > 0 and cuts and max(cuts) < proposer.tree.depth
+
+
 def test_a_fixed_k_never_measures_the_cost_profile(tiny_dir, monkeypatch):
     """Measuring a machine's costs takes minutes on a large model: only k = "auto" asks for the profile."""
     import verispec.api as api

@@ -181,12 +181,54 @@ def test_a_draft_models_tree_is_cut_to_the_depth_that_pays():
     assert not isinstance(grafted, AutoCut)                            # with "+ngram": gated whole, as Medusa's
 
 
+def test_heads_trees_are_cut_by_their_measured_reach_per_depth():
+    """Medusa's and EAGLE's static trees are cut each cycle too (before session 62 they were gated whole: a fixed
+    16-node tree ran 0.97-0.99x plain where rows are dear). Each depth's prior is the heads' measured chance of
+    going on from the depth before (`tree.depth_reach`), and a cut's drafting is the whole cycle's c for Medusa
+    (its heads run at once) and its share per depth for EAGLE (a head pass per depth)."""
+    from verispec.autok import RATE_FLOOR, AutoCut, AutoTree, CostProfile, by_depth_rates
+    from verispec.tree import depth_reach, expected_accepted, topk_per_depth, tree_from_acceptance
+    small = topk_per_depth([2, 1])                                   # (0), (1), (0, 0), (1, 0)
+    assert depth_reach(small, [[0.6, 0.2], [0.5]]) == pytest.approx([0.8, 0.6 * 0.5 + 0.2 * 0.5])
+    acceptance = [[0.7, 0.15, 0.05], [0.6, 0.1], [0.5, 0.1], [0.4]]
+    tree, expected = tree_from_acceptance(acceptance, 16)
+    reach = depth_reach(tree, acceptance)
+    assert len(reach) == tree.depth == 4 and sum(reach) == pytest.approx(expected)
+    assert depth_reach(tree.cut(2), acceptance) == pytest.approx(reach[:2])     # a cut keeps the shallow depths
+    assert expected_accepted(tree, acceptance) == pytest.approx(expected)
+    assert by_depth_rates([0.8, 0.4, 0.1]) == pytest.approx([0.8, 0.5, 0.25])
+    curve = {n: 1 + 0.05 * (n - 1) for n in range(1, 17)}
+    dear_rows = {4: 1.5, 8: 2.0, 16: 3.0, 32: 5.0}
+    prof = CostProfile(curve, {"medusa": 0.1, "eagle": 0.4}, tree_curve=dear_rows)
+    medusa = prof.tree_chooser("medusa", tree, expected, reach=reach, by_depth=False)
+    eagle = prof.tree_chooser("eagle", tree, expected, reach=reach)
+    sizes = [tree.cut(k).size for k in range(1, 5)]
+    assert isinstance(medusa, AutoCut) and medusa.reach() == pytest.approx(reach)
+    assert medusa.costs == pytest.approx([prof.tree_cost(n) + 0.1 for n in sizes])
+    assert eagle.costs == pytest.approx([prof.tree_cost(n) + 0.4 * k / 4 for k, n in enumerate(sizes, 1)])
+    gains = [(1 + sum(reach[:k])) / cost for k, cost in enumerate(medusa.costs, 1)]
+    assert medusa.gains() == pytest.approx(gains) and medusa.next_k() == 1 + gains.index(max(gains)) < 4
+    assert gains[3] < max(gains)                                     # the whole tree would be slower
+    cheap = CostProfile(curve, {"medusa": 0.1}, tree_curve={4: 1.02, 8: 1.04, 16: 1.08, 32: 1.2})
+    assert cheap.tree_chooser("medusa", tree, expected, reach=reach, by_depth=False).next_k() == 4
+    grafted = prof.tree_chooser("medusa", tree, expected, open_k=12, reach=reach, by_depth=False)
+    assert isinstance(grafted, AutoTree)                             # with "+ngram": gated whole
+    assert isinstance(prof.tree_chooser("medusa", tree, expected), AutoTree)   # no reach: gated whole
+    for _ in range(30):                                              # depths 1-2 always accepted, 3-4 untried
+        medusa.update(checked=2, accepted=2)
+    rates = by_depth_rates(reach)
+    now = medusa.reach()
+    assert now[1] > 0.9 and now[3] / now[2] > rates[3]               # untried depths follow the pooled gain
+    floored = AutoCut([1.2, 1.4], [0.8, 0.0])        # a depth measured at 0 (or past the measured depths)
+    assert floored.rates == [0.8, RATE_FLOOR] and floored.reach()[1] > 0
+
+
 def test_a_cut_grows_deeper_when_the_shallow_depths_accept_more_than_the_prior_said():
     """Depths below the cuts verified so far have no tries of their own: they follow the rate pooled over all
     depths, so a draft that proves better than its profiled alpha gets deeper cuts (before, they kept the prior
     and the cut stayed shallow for good)."""
     from verispec.autok import AutoCut
-    auto = AutoCut([1.1 + 0.15 * k for k in range(1, 6)], prior_alpha=0.3)
+    auto = AutoCut([1.1 + 0.15 * k for k in range(1, 6)], [0.3] * 5)
     ks = []
     for _ in range(40):
         k = auto.next_k()
@@ -197,7 +239,7 @@ def test_a_cut_grows_deeper_when_the_shallow_depths_accept_more_than_the_prior_s
 
 def test_a_cut_tree_follows_what_each_depth_accepts_and_probes_at_depth_one():
     from verispec.autok import AutoCut
-    auto = AutoCut([1 + 0.2 * k for k in range(1, 5)], prior_alpha=0.6, probe_every=4, max_probe_every=8)
+    auto = AutoCut([1 + 0.2 * k for k in range(1, 5)], [0.6] * 4, probe_every=4, max_probe_every=8)
     assert auto.next_k() == 2
     for _ in range(40):                                 # every path is accepted whole: deeper cuts pay
         auto.update(checked=auto.depth, accepted=auto.depth)

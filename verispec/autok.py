@@ -24,6 +24,7 @@ CHAIN_OF = {"draft-tree": "draft"}   # a tree method drafted by a chain method's
 # the vocabulary at several positions, the draft's catch-up pass, Python), which cost a few percent of a step
 # here. Without the margin, auto lost 9% on random-token prompts at T = 1.5 with the draft (alpha 0.26).
 MARGIN = 0.10
+RATE_FLOOR = 0.05    # the least prior acceptance `AutoCut` gives a depth
 
 
 @dataclass
@@ -114,25 +115,33 @@ class CostProfile:
 
     def tree_chooser(self, method: str, tree, expected_accepted: float | None = None,
                      margin: float = 0.0, open_k: int | None = None,
-                     full_depth: int | None = None) -> "AutoTree | AutoCut":
-        """Verify the static `tree` or decode plainly. `expected_accepted` None (a draft model's tree, whose yield
-        is not known ahead): the prior is the chain's yield at the method's chain alpha (the tree holds that
-        chain), and a cycle's drafting, where the profile has no per-cycle cost for `method`, is one draft pass
-        per depth at the chain's per-token cost; such a tree without a grafted n-gram path is cut each cycle to
-        the depth that pays (`AutoCut`); `full_depth`: the depth of the uncut tree, whose cycle a measured
-        per-cycle c is (default `tree`'s). `open_k`: the k a verified cycle asks for (default the tree's
-        depth; a tree with a grafted n-gram path asks for more, which only its lookup chains can use)."""
+                     full_depth: int | None = None, reach: list[float] | None = None,
+                     by_depth: bool = True) -> "AutoTree | AutoCut":
+        """The static `tree`, cut each cycle to the depth that pays (`AutoCut`), or plain decoding. Each depth's
+        prior acceptance: for a draft model's tree (`CHAIN_OF`) the method's chain alpha (the tree holds that
+        chain), for heads' trees their measured `reach` (per depth, the chance a cycle's accepted path gets that
+        deep). A cut's drafting: `by_depth`, one pass per depth (a draft model, EAGLE's head): the measured cycle's
+        share per depth of `full_depth` (the uncut tree's depth, default `tree`'s), or, where the profile has no
+        per-cycle cost for a draft model's tree, the chain's per-token c; else the whole cycle's c (Medusa's heads
+        run at once). With a grafted n-gram path (`open_k`: the k a verified cycle asks for, which only its lookup
+        chains can use), or no prior by depth, the tree is verified whole or not at all (`AutoTree`), its prior
+        yield `expected_accepted`, else the chain's at the chain's alpha."""
         chain = CHAIN_OF.get(method, method)
         c = self.draft_cost.get(method)
         per_token = self.draft_cost.get(chain, 0.05) if method in CHAIN_OF else None
         catch_up = None if per_token is None else lambda n: per_token * cost_ratio(self.curve, n)
+        a = min(self.alpha.get(chain, DEFAULT_ALPHA.get(chain, 0.5)), 0.999)
+        if open_k is None and (reach is not None or method in CHAIN_OF):
+            rates = [a] * tree.depth if reach is None else by_depth_rates(reach[:tree.depth])
+            if c is None and per_token is not None:
+                c_of = lambda k: k * per_token                           # noqa: E731
+            elif by_depth:
+                c_of = lambda k: k * (0.05 if c is None else c) / (full_depth or tree.depth)   # noqa: E731
+            else:
+                c_of = lambda k: 0.05 if c is None else c                # noqa: E731
+            costs = [self.tree_cost(tree.cut(k).size) + c_of(k) for k in range(1, tree.depth + 1)]
+            return AutoCut(costs, rates, margin=margin, catch_up=catch_up)
         if expected_accepted is None:
-            a = min(self.alpha.get(chain, DEFAULT_ALPHA.get(chain, 0.5)), 0.999)
-            if method in CHAIN_OF and open_k is None:   # a draft model's tree: cut to the depth that pays
-                # a cycle's drafting: the measured cycle's share per depth, or the chain's per token
-                per_depth = per_token if c is None else c / (full_depth or tree.depth)
-                costs = [self.tree_cost(tree.cut(k).size) + k * per_depth for k in range(1, tree.depth + 1)]
-                return AutoCut(costs, a, margin=margin, catch_up=catch_up)
             expected_accepted = sum(a ** i for i in range(1, tree.depth + 1))
             if c is None:
                 c = tree.depth * self.draft_cost.get(chain, 0.05)
@@ -142,6 +151,12 @@ class CostProfile:
         return AutoTree(self.tree_cost(tree.size) + c, tree.depth, expected_accepted, margin=margin,
                         cost_of=self._cycle_cost(c),
                         open_k=open_k, catch_up=catch_up)
+
+
+def by_depth_rates(reach: list[float]) -> list[float]:
+    """Per depth d, the chance a path that reached depth d - 1 goes on to d, from `reach` (the chance a cycle's
+    accepted path gets d deep, d = 1 ...)."""
+    return [r / before if before > 0 else 0.0 for r, before in zip(reach, [1.0] + reach[:-1])]
 
 
 class _Probing:
@@ -274,35 +289,41 @@ class AutoTree(_Probing):
 
 
 class AutoCut(_Probing):
-    """A draft model's static tree, cut each cycle to the depth predicted fastest, or plain decoding (k = 0).
+    """A static tree, cut each cycle to the depth predicted fastest, or plain decoding (k = 0).
 
     Each depth d has a running conditional acceptance a_d (a path that reached depth d - 1 goes on to d), older
-    cycles fading, shrunk toward a pooled rate: every depth's tries together, from a Beta prior at the draft's
-    chain alpha. So a depth below the cuts verified so far follows what the shallower depths accept, and a cut
-    can grow deeper when they accept more than the prior said. Cut to depth k, the tree yields 1 + sum over d <= k
-    of a_1 ... a_d tokens a cycle for `costs[k - 1]` plain steps (its nodes' verification, k draft passes): the k
-    with the best ratio is verified if it wins by the margin. After idling, a probe verifies the cut to depth 1,
-    the cheapest. Where rows are dear the whole tree never pays, and gating it whole lost twice: the gate stayed
-    shut where the draft's chain pays, and each probe verified all 18 nodes (draft-tree ran 0.95x plain on the
-    default model in bf16 on an AVX-512 CPU without AMX, where a verified row costs 0.13-0.16 plain steps;
-    session 61)."""
+    cycles fading, shrunk toward its prior `rates[d - 1]` scaled by how this request's tries at every depth fared
+    against their priors, pooled (a draft model's tree: the draft's chain alpha at every depth, so the pooled
+    rate itself; heads' trees: their measured rates per depth). So a depth below the cuts verified so far follows
+    what the shallower depths accept, and a cut can grow deeper when they accept more than the prior said. Cut to
+    depth k, the tree yields 1 + sum over d <= k of a_1 ... a_d tokens a cycle for `costs[k - 1]` plain steps (its
+    nodes' verification, its drafting): the k with the best ratio is verified if it wins by the margin. After
+    idling, a probe verifies the cut to depth 1, the cheapest. Where rows are dear the whole tree never pays, and
+    gating it whole lost twice: the gate stayed shut where a shallower cut pays, and each probe verified every
+    node (draft-tree ran 0.95x plain on the default model in bf16 on an AVX-512 CPU without AMX, where a verified
+    row costs 0.13-0.16 plain steps; session 61)."""
 
-    def __init__(self, costs: list[float], prior_alpha: float, prior_weight: float = 4.0, forget: float = 0.9,
+    def __init__(self, costs: list[float], rates: list[float], prior_weight: float = 4.0, forget: float = 0.9,
                  probe_every: int = 8, max_probe_every: int = 64, margin: float = 0.0,
                  catch_up: Callable[[int], float] | None = None):
         super().__init__(probe_every, max_probe_every, margin, catch_up)
+        if len(rates) != len(costs):
+            raise ValueError(f"AutoCut: {len(costs)} cuts' costs but {len(rates)} prior rates")
         self.costs, self.depth, self.forget = list(costs), len(costs), forget   # costs[k - 1]: the cut to depth k
-        self.weight = prior_weight
+        # a depth's prior is never quite 0 (measured so, or past the heads' measured depths): a request that
+        # accepts more than the prior said can still grow the cut to it
+        self.rates, self.weight = [min(max(r, RATE_FLOOR), 1.0) for r in rates], prior_weight
         self.hits = [0.0] * self.depth        # per depth: paths that went on, faded
         self.tries = [0.0] * self.depth       # per depth: paths that reached the depth before it, faded
-        self.pool = [prior_alpha * prior_weight, float(prior_weight)]   # all depths' hits and tries, with the prior
+        mean = sum(self.rates) / self.depth
+        self.pool = [mean * prior_weight] * 2  # all depths' hits and their priors' expected hits, with the prior
 
     def reach(self) -> list[float]:
         """The chance that a cycle's accepted path reaches depth d, for d = 1 .. depth."""
-        pooled = self.pool[0] / self.pool[1]
+        scale = self.pool[0] / self.pool[1]
         out, p = [], 1.0
-        for hit, tried in zip(self.hits, self.tries):
-            p *= (hit + pooled * self.weight) / (tried + self.weight)
+        for hit, tried, rate in zip(self.hits, self.tries, self.rates):
+            p *= (hit + min(1.0, rate * scale) * self.weight) / (tried + self.weight)
             out.append(p)
         return out
 
@@ -322,10 +343,11 @@ class AutoCut(_Probing):
 
     def update(self, checked: int, accepted: int, nodes: int | None = None, drafted: bool = True) -> None:
         """A verified cycle: depths 1 .. `checked` were tried, the first `accepted` held. A lookup chain verified
-        in the tree's place (`drafted` False) says nothing of the draft's tree."""
+        in the tree's place (`drafted` False) says nothing of the tree."""
         if checked == 0 or not drafted:
             return
         for d in range(checked):
             self.hits[d] = self.forget * self.hits[d] + (d < accepted)
             self.tries[d] = self.forget * self.tries[d] + 1
-        self.pool = [self.forget * self.pool[0] + min(accepted, checked), self.forget * self.pool[1] + checked]
+        self.pool = [self.forget * self.pool[0] + min(accepted, checked),
+                     self.forget * self.pool[1] + sum(self.rates[:checked])]

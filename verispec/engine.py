@@ -126,10 +126,9 @@ class Sequence:
         self.cache, self.cached_tokens = None, []   # cached_tokens: tokens whose keys/values are in self.cache
         self.out: list[int] = []
         self.finish_reason: str | None = None
-        # k = "auto": chains choose k every cycle; a static tree whose yield the proposer knows (Medusa's, EAGLE's
-        # heads) is verified whole or not at all, whichever is predicted faster, and so is a dynamic tree; a
-        # draft model's tree (draft-tree: `CHAIN_OF`) is cut each cycle to the depth predicted fastest (gated
-        # whole, as the heads' trees, with a grafted n-gram path)
+        # k = "auto": chains choose k every cycle; a static tree (a draft model's, `CHAIN_OF`, or one whose yield
+        # per depth the proposer knows: Medusa's, EAGLE's heads) is cut each cycle to the depth predicted fastest;
+        # a dynamic tree, or a static one with a grafted n-gram path, is verified whole or not at all
         self.auto = None
         if cfg.k == "auto" and proposer is not None:
             expected = proposer.expected_accepted
@@ -140,7 +139,8 @@ class Sequence:
                 # (with a grafted n-gram path, an open gate asks for k_max: a lookup chain verified in the
                 # tree's place may run that long, as it does without auto k)
                 self.auto = profile.tree_chooser(proposer.name, tree.cut(cfg.k_max), expected, margin,
-                                                 cfg.k_max if proposer.graft else None, tree.depth)
+                                                 cfg.k_max if proposer.graft else None, tree.depth,
+                                                 proposer.expected_reach, proposer.drafts_by_depth)
             elif tree is None:   # a dynamic tree: verify its nodes, at most k_max deep, or decode plainly
                 self.auto = profile.dynamic_tree_chooser(proposer.name, proposer.max_nodes - proposer.graft,
                                                          cfg.k_max, expected, margin)

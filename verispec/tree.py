@@ -171,10 +171,16 @@ def tree_from_acceptance(acceptance: list[list[float]], max_nodes: int) -> tuple
 
 def expected_accepted(tree: TokenTree, acceptance: list[list[float]]) -> float:
     """E[accepted draft tokens] of any tree under measured per-depth, per-rank acceptance (as above)."""
-    total = 0.0
+    return sum(depth_reach(tree, acceptance))
+
+
+def depth_reach(tree: TokenTree, acceptance: list[list[float]]) -> list[float]:
+    """Per depth d = 1 .. tree.depth, the chance a cycle's accepted path gets d deep: the sum over the depth's
+    nodes of each node's chance (as above). A tree cut to depth k keeps the first k."""
+    reach = [0.0] * tree.depth
     for c in tree.choices:
         p = 1.0
         for d, r in enumerate(c):
             p *= acceptance[d][r] if d < len(acceptance) and r < len(acceptance[d]) else 0.0
-        total += p
-    return total
+        reach[len(c) - 1] += p
+    return reach

@@ -96,7 +96,11 @@ class Proposer:
                                         # context repeats)
     reads_features: bool = False        # `observe` wants the target's hidden states (Medusa, EAGLE)
     expected_accepted: float | None = None   # E[accepted tokens per cycle] at T = 0 (a tree whose proposer's
-                                             # acceptance was measured), for auto k's verify-or-plain gate
+                                             # acceptance was measured): auto k's prior yield for the tree
+    expected_reach: list[float] | None = None   # a static tree's: per depth d, the chance at T = 0 that a cycle's
+                                                 # accepted path gets d deep (auto k cuts the tree where it pays)
+    drafts_by_depth: bool = True        # drafting a static tree takes a pass per depth (a cut tree costs its share),
+                                        # not one for the whole tree (Medusa's heads)
     draft_together = None               # callable(jobs) drafting many sequences in packed passes (serve.batch)
 
     def prepare(self, capacity: int) -> None:

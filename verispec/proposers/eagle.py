@@ -33,7 +33,7 @@ from ..model.eagle import EagleHead
 from ..model.host import upload
 from ..model.rows import kv_bytes_per_token
 from ..sampling import SamplingConfig
-from ..tree import TokenTree, build_tree, check_ranks, expected_accepted, tree_from_acceptance
+from ..tree import TokenTree, build_tree, check_ranks, depth_reach, tree_from_acceptance
 from .base import Proposal, Proposer, top_choices, widen
 from .eagle_graph import DraftGraph, chain_draft, dynamic_draft, eager_pass, plan_static, static_draft
 from .ngram import LookupRates, lookup_first
@@ -68,7 +68,8 @@ class EagleProposer(Proposer):
         if mode == "dynamic" and acceptance:
             self.expected_accepted = tree_from_acceptance(acceptance, nodes)[1]
         elif mode == "static" and acceptance:               # auto k's prior: verify the tree or decode plainly
-            self.expected_accepted = expected_accepted(tree, acceptance)
+            self.expected_reach = depth_reach(tree, acceptance)
+            self.expected_accepted = sum(self.expected_reach)
         self.cache, self.feats, self.known, self.fed, self.root = None, None, 0, 0, None
         self.lookup = LookupRates(graft)                     # how far this request's lookup paths hold
         self.plans: dict[tuple, list] = {}                   # a static tree's drafting plan, per tree

@@ -19,7 +19,7 @@ import torch
 from ..model.host import upload
 from ..model.medusa import MedusaHeads
 from ..sampling import SamplingConfig
-from ..tree import TokenTree, check_ranks, expected_accepted, tree_from_acceptance
+from ..tree import TokenTree, check_ranks, depth_reach, tree_from_acceptance
 from .base import Proposal, Proposer, top_indices
 from .ngram import LookupRates, lookup_first
 
@@ -39,6 +39,7 @@ def auto_tree(acceptance: list[list[float]], tree_cost, c_heads: float = 0.0,
 class MedusaProposer(Proposer):
     name = "medusa"
     makes_trees = reads_features = True
+    drafts_by_depth = False                          # every head runs in one pass, whatever the tree's depth
 
     def __init__(self, heads: MedusaHeads, tree: TokenTree, acceptance: list[list[float]] | None = None,
                  graft: int = 0):
@@ -47,7 +48,8 @@ class MedusaProposer(Proposer):
         check_ranks(tree, len(heads.head_ids), "each Medusa head")
         self.heads, self.tree = heads, tree
         # E[accepted tokens per cycle] at temperature 0, from the heads' measured accuracy (for the cost model)
-        self.expected_accepted = None if acceptance is None else expected_accepted(tree, acceptance)
+        self.expected_reach = None if acceptance is None else depth_reach(tree, acceptance)
+        self.expected_accepted = None if acceptance is None else sum(self.expected_reach)
         self.widths = tree.widths
         self.graft, self.max_nodes = graft, tree.size + graft     # graft: the longest n-gram path merged in
         self.hidden: torch.Tensor | None = None          # [D] the state the newest token was drawn from
