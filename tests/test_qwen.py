@@ -121,11 +121,12 @@ def pair():
 
 
 @pytest.mark.parametrize("method, tree", [("ngram", None), ("draft", None), ("draft-tree", "2,1,1+ngram"),
-                                          ("eagle", None), ("eagle", "dynamic:8+ngram"), ("eagle", "8")])
+                                          ("eagle", None), ("eagle", "dynamic:8+ngram"), ("eagle", "8"),
+                                          ("medusa", "8"), ("medusa", "4+ngram")])
 def test_every_method_on_the_pair_gives_plain_decodings_tokens(pair, method, tree):
     """Qwen2.5-Coder-1.5B drafted by the named 0.5B and by its shipped EAGLE head (chain, dynamic tree with the
-    n-gram path, static tree), greedy: every method's output is plain decoding's, token for token; and the
-    drafts are accepted on code, as a good pair should be."""
+    n-gram path, static tree) and Medusa heads (static tree, with the n-gram path), greedy: every method's output
+    is plain decoding's, token for token; and the drafts are accepted on code, as a good pair should be."""
     from verispec.api import make_proposer
     from verispec.engine import Engine
     target, ids, cfg, plain = pair
