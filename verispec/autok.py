@@ -133,13 +133,13 @@ class CostProfile:
         a = min(self.alpha.get(chain, DEFAULT_ALPHA.get(chain, 0.5)), 0.999)
         if open_k is None and (reach is not None or method in CHAIN_OF):
             rates = [a] * tree.depth if reach is None else by_depth_rates(reach[:tree.depth])
-            if c is None and per_token is not None:
-                c_of = lambda k: k * per_token                           # noqa: E731
-            elif by_depth:
-                c_of = lambda k: k * (0.05 if c is None else c) / (full_depth or tree.depth)   # noqa: E731
-            else:
-                c_of = lambda k: 0.05 if c is None else c                # noqa: E731
-            costs = [self.tree_cost(tree.cut(k).size) + c_of(k) for k in range(1, tree.depth + 1)]
+            whole = 0.05 if c is None else c
+            if by_depth:      # k passes: the measured cycle's share per depth, else the draft chain's per token
+                per_depth = per_token if c is None and per_token is not None else whole / (full_depth or tree.depth)
+                drafting = [k * per_depth for k in range(1, tree.depth + 1)]
+            else:             # every head in one pass, whatever the cut
+                drafting = [whole] * tree.depth
+            costs = [self.tree_cost(tree.cut(k).size) + d for k, d in enumerate(drafting, 1)]
             return AutoCut(costs, rates, margin=margin, catch_up=catch_up)
         if expected_accepted is None:
             expected_accepted = sum(a ** i for i in range(1, tree.depth + 1))
@@ -310,6 +310,8 @@ class AutoCut(_Probing):
         if len(rates) != len(costs):
             raise ValueError(f"AutoCut: {len(costs)} cuts' costs but {len(rates)} prior rates")
         self.costs, self.depth, self.forget = list(costs), len(costs), forget   # costs[k - 1]: the cut to depth k
+        # what some cut would gain with every path of it accepted whole: whether a probe can repay a catch-up
+        self.best_case = max((1 + d) / cost for d, cost in enumerate(self.costs, 1))
         # a depth's prior is never quite 0 (measured so, or past the heads' measured depths): a request that
         # accepts more than the prior said can still grow the cut to it
         self.rates, self.weight = [min(max(r, RATE_FLOOR), 1.0) for r in rates], prior_weight
@@ -337,9 +339,8 @@ class AutoCut(_Probing):
         k = 1 + max(range(self.depth), key=gains.__getitem__)
         if gains[k - 1] < 1 + self.margin or not self.repays(behind, remaining, gains[k - 1]):
             k = 0
-        # a probe after idling: only if some cut, every path of it accepted whole, would repay the catch-up
-        best_case = max((1 + d) / cost for d, cost in enumerate(self.costs, 1))
-        return self._gate(k, 1, k > 0 or self.repays(behind, remaining, best_case))
+        # a probe after idling: only if the best case would repay the catch-up it forces
+        return self._gate(k, 1, k > 0 or self.repays(behind, remaining, self.best_case))
 
     def update(self, checked: int, accepted: int, nodes: int | None = None, drafted: bool = True) -> None:
         """A verified cycle: depths 1 .. `checked` were tried, the first `accepted` held. A lookup chain verified
