@@ -172,7 +172,7 @@ def test_draft_tree_with_auto_k_cuts_its_tree_and_keeps_greedy_output(target_fp3
     draft, _, _ = loader.load(DEFAULT_DRAFT, "fp32", need_tokenizer=False, target_embedding=model.embed.weight)
     proposer, cuts = draft_tree.DraftTreeProposer(draft), []
     whole = proposer._tree
-    proposer._tree = lambda context, k: cuts.append(k) or whole(context, k)
+    proposer._tree = lambda context, tree: cuts.append(tree.depth) or whole(context, tree)
     dear = CostProfile({n: 1 + 0.12 * (n - 1) for n in range(1, 20)}, {"draft": 0.05}, {"draft": 0.7})
     engine = Engine(model, proposer, dear)
     cfg = GenerationConfig(max_new_tokens=MAX_NEW, k="auto", stop_token_ids=tok.stop_token_ids)
@@ -212,12 +212,14 @@ def test_shipped_medusa_heads_greedy_equal_plain(target_fp32, plain_outputs):
 
 
 def test_medusa_with_auto_k_cuts_its_tree_and_keeps_greedy_output(target_fp32, plain_outputs):
-    """Under k = "auto" Medusa's static tree is cut each cycle to the depth predicted fastest from its heads'
-    measured reach (`autok.AutoCut`): where rows are dear, shallow cuts. Every cut keeps plain decoding's output."""
+    """Under k = "auto" Medusa's static tree is cut each cycle to the subtree predicted fastest from its heads'
+    measured reach per node (`autok.AutoCut`): where rows are dear, a few nodes, fewer than the tree holds at its
+    first depth. Every cut keeps plain decoding's output."""
     import torch
 
     from verispec.api import DEFAULT_MEDUSA
-    from verispec.autok import AutoCut, CostProfile
+    from verispec.autok import CostProfile
+    from verispec.autotree import AutoCut
     from verispec.model.medusa import load_heads
     from verispec.proposers.medusa import MedusaProposer
     from verispec.tree import tree_from_acceptance
@@ -225,7 +227,7 @@ def test_medusa_with_auto_k_cuts_its_tree_and_keeps_greedy_output(target_fp32, p
     heads, trees = load_heads(DEFAULT_MEDUSA, model, torch.float32)
     proposer = MedusaProposer(heads, tree_from_acceptance(trees["acceptance"], 16)[0], trees["acceptance"])
     cuts, whole = [], proposer._tree
-    proposer._tree = lambda k: cuts.append(k) or whole(k)
+    proposer._tree = lambda tree: cuts.append(tree.size) or whole(tree)
     dear = CostProfile({n: 1 + 0.02 * (n - 1) for n in range(1, 20)}, {"medusa": 0.02},
                        tree_curve={4: 1.1, 8: 1.5, 16: 2.2, 32: 4.0})
     engine = Engine(model, proposer, dear)
@@ -236,7 +238,7 @@ def test_medusa_with_auto_k_cuts_its_tree_and_keeps_greedy_output(target_fp32, p
         g = engine.generate(tok.prompt_ids(prompt), cfg)
         assert g.token_ids == expected, prompt
         accepted += g.stats.accepted_tokens
-    assert accepted > 0 and cuts and max(cuts) < proposer.tree.depth
+    assert accepted > 0 and cuts and max(cuts) < proposer.tree.cut(1).size
 
 
 def test_a_fixed_k_never_measures_the_cost_profile(tiny_dir, monkeypatch):

@@ -143,7 +143,8 @@ def test_a_draft_models_tree_is_cut_to_the_depth_that_pays():
     c (or the measured cycle's share). The cut with the best predicted speedup is verified, none where none pays;
     where rows are cheap, the whole tree. Before session 61 the tree was gated whole: shut where the chain pays,
     and each probe verified all 18 nodes (draft-tree 0.95x plain where rows are dear)."""
-    from verispec.autok import AutoCut, CostProfile
+    from verispec.autok import CostProfile
+    from verispec.autotree import AutoCut
     from verispec.tree import topk_per_depth
     tree = topk_per_depth([2, 2, 1, 1, 1])                      # 18 nodes, 5 deep: 2, 6, 10, 14, 18 down to each
     curve = {n: 1 + 0.05 * (n - 1) for n in range(1, 17)}
@@ -181,53 +182,100 @@ def test_a_draft_models_tree_is_cut_to_the_depth_that_pays():
     assert not isinstance(grafted, AutoCut)                            # with "+ngram": gated whole, as Medusa's
 
 
-def test_heads_trees_are_cut_by_their_measured_reach_per_depth():
-    """Medusa's and EAGLE's static trees are cut each cycle too (before session 62 they were gated whole: a fixed
-    16-node tree ran 0.97-0.99x plain where rows are dear). Each depth's prior is the heads' measured chance of
-    going on from the depth before (`tree.depth_reach`), and a cut's drafting is the whole cycle's c for Medusa
-    (its heads run at once) and its share per depth for EAGLE (a head pass per depth)."""
-    from verispec.autok import RATE_FLOOR, AutoCut, AutoTree, CostProfile, by_depth_rates
-    from verispec.tree import depth_reach, expected_accepted, topk_per_depth, tree_from_acceptance
+def test_heads_trees_are_cut_to_their_likeliest_nodes():
+    """Medusa's and EAGLE's static trees are cut each cycle to their likeliest nodes, as many as pay (`tree.ladder`;
+    session 62 cut them by depth, and a 16-node Medusa tree with 8 nodes at depth 1 still ran 0.98x plain where
+    rows are dear). Each cut's prior is the heads' measured chance per node (`tree.node_reach`), and its drafting
+    is the whole cycle's c for Medusa (its heads run at once) and its share per depth for EAGLE (a pass a depth)."""
+    from verispec.autok import CostProfile
+    from verispec.autotree import RATE_FLOOR, AutoCut, AutoTree, by_depth_rates
+    from verispec.tree import depth_reach, expected_accepted, ladder, node_reach, topk_per_depth, tree_from_acceptance
     small = topk_per_depth([2, 1])                                   # (0), (1), (0, 0), (1, 0)
+    assert node_reach(small, [[0.6, 0.2], [0.5]]) == pytest.approx(
+        {(0,): 0.6, (1,): 0.2, (0, 0): 0.3, (1, 0): 0.1})
     assert depth_reach(small, [[0.6, 0.2], [0.5]]) == pytest.approx([0.8, 0.6 * 0.5 + 0.2 * 0.5])
     acceptance = [[0.7, 0.15, 0.05], [0.6, 0.1], [0.5, 0.1], [0.4]]
     tree, expected = tree_from_acceptance(acceptance, 16)
-    reach = depth_reach(tree, acceptance)
-    assert len(reach) == tree.depth == 4 and sum(reach) == pytest.approx(expected)
-    assert depth_reach(tree.cut(2), acceptance) == pytest.approx(reach[:2])     # a cut keeps the shallow depths
+    reach = node_reach(tree, acceptance)
+    assert len(depth_reach(tree, reach)) == tree.depth == 4 and sum(reach.values()) == pytest.approx(expected)
+    assert depth_reach(tree.cut(2), reach) == pytest.approx(depth_reach(tree, reach)[:2])   # a cut keeps its depths
     assert expected_accepted(tree, acceptance) == pytest.approx(expected)
     assert by_depth_rates([0.8, 0.4, 0.1]) == pytest.approx([0.8, 0.5, 0.25])
+    cuts = ladder(tree, reach)                                       # the likeliest subtree of every size, nested
+    assert [c.size for c in cuts] == list(range(1, 17)) and cuts[-1].choices == tree.choices
+    for small_cut, big_cut in zip(cuts, cuts[1:]):
+        assert set(small_cut.choices) < set(big_cut.choices)
+    for n, cut in enumerate(cuts, 1):
+        assert sum(reach[c] for c in cut.choices) == pytest.approx(tree_from_acceptance(acceptance, n)[1])
     curve = {n: 1 + 0.05 * (n - 1) for n in range(1, 17)}
     dear_rows = {4: 1.5, 8: 2.0, 16: 3.0, 32: 5.0}
     prof = CostProfile(curve, {"medusa": 0.1, "eagle": 0.4}, tree_curve=dear_rows)
     medusa = prof.tree_chooser("medusa", tree, expected, reach=reach, by_depth=False)
     eagle = prof.tree_chooser("eagle", tree, expected, reach=reach)
-    sizes = [tree.cut(k).size for k in range(1, 5)]
-    assert isinstance(medusa, AutoCut) and medusa.reach() == pytest.approx(reach)
-    assert medusa.costs == pytest.approx([prof.tree_cost(n) + 0.1 for n in sizes])
-    assert eagle.costs == pytest.approx([prof.tree_cost(n) + 0.4 * k / 4 for k, n in enumerate(sizes, 1)])
-    gains = [(1 + sum(reach[:k])) / cost for k, cost in enumerate(medusa.costs, 1)]
-    assert medusa.gains() == pytest.approx(gains) and medusa.next_k() == 1 + gains.index(max(gains)) < 4
-    assert gains[3] < max(gains)                                     # the whole tree would be slower
+    assert isinstance(medusa, AutoCut) and medusa.reach() == pytest.approx(depth_reach(tree, reach))
+    assert medusa.costs == pytest.approx([prof.tree_cost(n) + 0.1 for n in range(1, 17)])
+    assert eagle.costs == pytest.approx([prof.tree_cost(c.size) + 0.4 * c.depth / 4 for c in cuts])
+    gains = [(1 + sum(reach[c] for c in cut.choices)) / cost for cut, cost in zip(cuts, medusa.costs)]
+    assert medusa.gains() == pytest.approx(gains)
+    best = cuts[gains.index(max(gains))]
+    k = medusa.next_k()
+    assert k == best.depth and medusa.tree_for(k) is best and medusa.tree_for(1).choices == best.cut(1).choices
+    assert best.size < tree.size and max(gains) > max((1 + sum(depth_reach(tree, reach)[:d])) /
+                                                      (prof.tree_cost(tree.cut(d).size) + 0.1) for d in range(1, 5))
     cheap = CostProfile(curve, {"medusa": 0.1}, tree_curve={4: 1.02, 8: 1.04, 16: 1.08, 32: 1.2})
-    assert cheap.tree_chooser("medusa", tree, expected, reach=reach, by_depth=False).next_k() == 4
+    whole = cheap.tree_chooser("medusa", tree, expected, reach=reach, by_depth=False)
+    assert whole.next_k() == 4 and whole.tree_for(4).choices == tree.choices    # rows nearly free: all of it
     grafted = prof.tree_chooser("medusa", tree, expected, open_k=12, reach=reach, by_depth=False)
     assert isinstance(grafted, AutoTree)                             # with "+ngram": gated whole
     assert isinstance(prof.tree_chooser("medusa", tree, expected), AutoTree)   # no reach: gated whole
+    rates = by_depth_rates(depth_reach(tree, reach))
+    two = max(j for j, cut in enumerate(cuts) if cut.depth == 2)
     for _ in range(30):                                              # depths 1-2 always accepted, 3-4 untried
+        medusa.chosen = two
         medusa.update(checked=2, accepted=2)
-    rates = by_depth_rates(reach)
     now = medusa.reach()
     assert now[1] > 0.9 and now[3] / now[2] > rates[3]               # untried depths follow the pooled gain
     floored = AutoCut([1.2, 1.4], [0.8, 0.0])        # a depth measured at 0 (or past the measured depths)
     assert floored.rates == [0.8, RATE_FLOOR] and floored.reach()[1] > 0
 
 
+def test_a_ladder_of_cuts_learns_the_trees_rates_from_any_cut_it_verifies():
+    """A cut's tries at a depth count at its share of the whole tree's rate there: a request that accepts just as
+    the heads' measured table says keeps every cut's predicted yield at its prior, whichever cuts it verified."""
+    import random
+
+    from verispec.autok import CostProfile
+    from verispec.tree import ladder, node_reach, tree_from_acceptance
+    acceptance = [[0.5, 0.2, 0.1, 0.05], [0.6, 0.15], [0.5, 0.1], [0.4]]
+    tree, expected = tree_from_acceptance(acceptance, 16)
+    reach = node_reach(tree, acceptance)
+    auto = CostProfile(tree_curve={4: 1.3, 8: 1.8, 16: 2.6}, draft_cost={"medusa": 0.1}).tree_chooser(
+        "medusa", tree, expected, reach=reach, by_depth=False)
+    cuts, rng = ladder(tree, reach), random.Random(0)
+    prior = [1 + sum(reach[c] for c in cut.choices) for cut in cuts]
+    for cycle in range(3000):
+        auto.chosen = cycle % len(cuts)
+        cut, path = cuts[auto.chosen], ()
+        while True:                      # the target's token is rank r's with the table's chance, or none
+            u, went = rng.random(), None
+            for r, a in enumerate(acceptance[len(path)] if len(path) < len(acceptance) else []):
+                if u < a:
+                    went = path + (r,)
+                    break
+                u -= a
+            if went is None or went not in cut.choices:
+                break
+            path = went
+        auto.update(checked=min(len(path) + 1, cut.depth), accepted=len(path))
+    now = [1 + sum(auto.reach(j)) for j in range(len(cuts))]
+    assert now == pytest.approx(prior, rel=0.08)
+
+
 def test_a_cut_grows_deeper_when_the_shallow_depths_accept_more_than_the_prior_said():
     """Depths below the cuts verified so far have no tries of their own: they follow the rate pooled over all
     depths, so a draft that proves better than its profiled alpha gets deeper cuts (before, they kept the prior
     and the cut stayed shallow for good)."""
-    from verispec.autok import AutoCut
+    from verispec.autotree import AutoCut
     auto = AutoCut([1.1 + 0.15 * k for k in range(1, 6)], [0.3] * 5)
     ks = []
     for _ in range(40):
@@ -238,7 +286,7 @@ def test_a_cut_grows_deeper_when_the_shallow_depths_accept_more_than_the_prior_s
 
 
 def test_a_cut_tree_follows_what_each_depth_accepts_and_probes_at_depth_one():
-    from verispec.autok import AutoCut
+    from verispec.autotree import AutoCut
     auto = AutoCut([1 + 0.2 * k for k in range(1, 5)], [0.6] * 4, probe_every=4, max_probe_every=8)
     assert auto.next_k() == 2
     for _ in range(40):                                 # every path is accepted whole: deeper cuts pay
@@ -260,7 +308,8 @@ def test_a_cut_tree_follows_what_each_depth_accepts_and_probes_at_depth_one():
 
 def test_auto_k_gates_draft_tree_in_the_engine(target_fp32):
     from verispec.api import DEFAULT_DRAFT
-    from verispec.autok import MARGIN, AutoCut, CostProfile
+    from verispec.autok import MARGIN, CostProfile
+    from verispec.autotree import AutoCut
     from verispec.engine import GenerationConfig, Sequence
     from verispec.model import loader
     from verispec.proposers.draft_tree import DraftTreeProposer
@@ -308,7 +357,8 @@ def test_a_static_trees_gate_charges_grafted_nodes_too():
 
 
 def test_auto_tree_verifies_while_the_tree_pays_and_decodes_plainly_when_it_does_not():
-    from verispec.autok import MARGIN, AutoTree
+    from verispec.autok import MARGIN
+    from verispec.autotree import AutoTree
     auto = AutoTree(cost=1.5, depth=3, prior_accepted=1.0, probe_every=4, max_probe_every=8)
     assert auto.next_k() == 3                      # (1 + 1.0) / 1.5 = 1.33 > 1 + margin
     for _ in range(20):                            # nothing accepted (high temperature): 1 / 1.5 < 1

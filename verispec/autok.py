@@ -15,8 +15,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from .autotree import AutoCut, AutoTree, Probing, by_depth_rates
 from .errors import VerispecError
 from .theory import best_k, cost_ratio, expected_tokens, monotone_curve, speedup
+from .tree import depth_reach, ladder
 
 DEFAULT_ALPHA = {"ngram": 0.45, "draft": 0.55}
 CHAIN_OF = {"draft-tree": "draft"}   # a tree method drafted by a chain method's model: its alpha and c per token
@@ -24,7 +26,6 @@ CHAIN_OF = {"draft-tree": "draft"}   # a tree method drafted by a chain method's
 # the vocabulary at several positions, the draft's catch-up pass, Python), which cost a few percent of a step
 # here. Without the margin, auto lost 9% on random-token prompts at T = 1.5 with the draft (alpha 0.26).
 MARGIN = 0.10
-RATE_FLOOR = 0.05    # the least prior acceptance `AutoCut` gives a depth
 
 
 @dataclass
@@ -115,32 +116,39 @@ class CostProfile:
 
     def tree_chooser(self, method: str, tree, expected_accepted: float | None = None,
                      margin: float = 0.0, open_k: int | None = None,
-                     full_depth: int | None = None, reach: list[float] | None = None,
+                     full_depth: int | None = None, reach: dict[tuple[int, ...], float] | None = None,
                      by_depth: bool = True) -> "AutoTree | AutoCut":
-        """The static `tree`, cut each cycle to the depth that pays (`AutoCut`), or plain decoding. Each depth's
-        prior acceptance: for a draft model's tree (`CHAIN_OF`) the method's chain alpha (the tree holds that
-        chain), for heads' trees their measured `reach` (per depth, the chance a cycle's accepted path gets that
-        deep). A cut's drafting: `by_depth`, one pass per depth (a draft model, EAGLE's head): the measured cycle's
-        share per depth of `full_depth` (the uncut tree's depth, default `tree`'s), or, where the profile has no
-        per-cycle cost for a draft model's tree, the chain's per-token c; else the whole cycle's c (Medusa's heads
-        run at once). With a grafted n-gram path (`open_k`: the k a verified cycle asks for, which only its lookup
-        chains can use), or no prior by depth, the tree is verified whole or not at all (`AutoTree`), its prior
-        yield `expected_accepted`, else the chain's at the chain's alpha."""
+        """The static `tree`, cut each cycle to the subtree that pays (`AutoCut`), or plain decoding. Heads' trees
+        with a measured `reach` per node (the chance a cycle's accepted path holds it) are cut to their likeliest
+        1, 2 ... nodes (`tree.ladder`), each depth's prior acceptance their reach's; a draft model's tree
+        (`CHAIN_OF`) is cut by depth, its prior the method's chain alpha at every depth (the tree holds that
+        chain). A cut's drafting: `by_depth`, one pass per depth (a draft model, EAGLE's head): the measured
+        cycle's share per depth of `full_depth` (the uncut tree's depth, default `tree`'s), or, where the profile
+        has no per-cycle cost for a draft model's tree, the chain's per-token c; else the whole cycle's c (Medusa's
+        heads run at once). With a grafted n-gram path (`open_k`: the k a verified cycle asks for, which only its
+        lookup chains can use), or no prior per node, the tree is verified whole or not at all (`AutoTree`), its
+        prior yield `expected_accepted`, else the chain's at the chain's alpha."""
         chain = CHAIN_OF.get(method, method)
         c = self.draft_cost.get(method)
         per_token = self.draft_cost.get(chain, 0.05) if method in CHAIN_OF else None
         catch_up = None if per_token is None else lambda n: per_token * cost_ratio(self.curve, n)
         a = min(self.alpha.get(chain, DEFAULT_ALPHA.get(chain, 0.5)), 0.999)
         if open_k is None and (reach is not None or method in CHAIN_OF):
-            rates = [a] * tree.depth if reach is None else by_depth_rates(reach[:tree.depth])
+            if reach is None:
+                cuts, rates = [tree.cut(k) for k in range(1, tree.depth + 1)], [a] * tree.depth
+                cut_rates = None
+            else:
+                cuts, rates = ladder(tree, reach), by_depth_rates(depth_reach(tree, reach))
+                cut_rates = [by_depth_rates(depth_reach(cut, reach)) for cut in cuts]
             whole = 0.05 if c is None else c
             if by_depth:      # k passes: the measured cycle's share per depth, else the draft chain's per token
                 per_depth = per_token if c is None and per_token is not None else whole / (full_depth or tree.depth)
-                drafting = [k * per_depth for k in range(1, tree.depth + 1)]
+                drafting = [cut.depth * per_depth for cut in cuts]
             else:             # every head in one pass, whatever the cut
-                drafting = [whole] * tree.depth
-            costs = [self.tree_cost(tree.cut(k).size) + d for k, d in enumerate(drafting, 1)]
-            return AutoCut(costs, rates, margin=margin, catch_up=catch_up)
+                drafting = [whole] * len(cuts)
+            costs = [self.tree_cost(cut.size) + d for cut, d in zip(cuts, drafting)]
+            return AutoCut(costs, rates, margin=margin, catch_up=catch_up, cut_rates=cut_rates,
+                           trees=None if reach is None else cuts)
         if expected_accepted is None:
             expected_accepted = sum(a ** i for i in range(1, tree.depth + 1))
             if c is None:
@@ -153,48 +161,7 @@ class CostProfile:
                         open_k=open_k, catch_up=catch_up)
 
 
-def by_depth_rates(reach: list[float]) -> list[float]:
-    """Per depth d, the chance a path that reached depth d - 1 goes on to d, from `reach` (the chance a cycle's
-    accepted path gets d deep, d = 1 ...)."""
-    return [r / before if before > 0 else 0.0 for r, before in zip(reach, [1.0] + reach[:-1])]
-
-
-class _Probing:
-    """Fall back to plain decoding (k = 0) when speculation is predicted to lose; probe now and then.
-
-    After `probe_every` plain cycles one speculative probe keeps the estimate alive; each probe that leaves the
-    choice at plain decoding doubles the wait before the next (up to `max_probe_every`)."""
-
-    def __init__(self, probe_every: int, max_probe_every: int, margin: float,
-                 catch_up: Callable[[int], float] | None = None):
-        self.base_probe_every, self.max_probe_every, self.probe_every = probe_every, max_probe_every, probe_every
-        self.margin, self.catch_up = margin, catch_up     # catch_up(n): plain steps for a draft model to read n tokens
-        self.idle = 0
-
-    def repays(self, behind: int, remaining: int | None, gain: float) -> bool:
-        """Whether speculating at the predicted `gain` over the `remaining` tokens saves more target steps than
-        the catch-up it forces first: a draft model reads the `behind` tokens it has not seen (at the start, the
-        whole prompt) before it drafts. A long prompt and a short answer: decode plainly (the pair drafted by its
-        0.5B on a 1,123-token prompt, 64 new tokens: a 4.1 s catch-up, 0.77x plain)."""
-        if self.catch_up is None or remaining is None or behind <= 2:
-            return True
-        return remaining * (1 - 1 / gain) >= self.catch_up(behind)
-
-    def _gate(self, k: int, probe_k: int, may_probe: bool = True) -> int:
-        if k == 0:
-            if self.idle < 0:             # the last cycle was a probe, and it did not pay: wait longer next time
-                self.probe_every = min(2 * self.probe_every, self.max_probe_every)
-                self.idle = 0
-            self.idle += 1
-            if self.idle >= self.probe_every and may_probe:
-                self.idle = -1
-                return probe_k
-            return 0
-        self.idle, self.probe_every = 0, self.base_probe_every
-        return k
-
-
-class AutoK(_Probing):
+class AutoK(Probing):
     def __init__(self, c: float, curve: dict[int, float], prior_alpha: float, prior_weight: float = 4.0,
                  forget: float = 0.9, k_max: int = 12, probe_every: int = 8, max_probe_every: int = 64,
                  margin: float = MARGIN):
@@ -237,118 +204,3 @@ class AutoK(_Probing):
             return
         self.accepted = self.forget * self.accepted + accepted
         self.rejected = self.forget * self.rejected + (checked - accepted)
-
-
-class AutoTree(_Probing):
-    """The same decision for a token tree: verify it (k = its depth) or decode plainly (k = 0).
-
-    Predicted speedup (1 + m) / C: m a running mean of accepted tokens per tree cycle, starting from the tree's
-    expected yield (measured at temperature 0) and following what this request accepts: at higher temperatures
-    deterministic candidates are accepted less often, and the gate closes. C is the cost of a cycle: fixed, or with
-    `cost_of` a running mean of T(1 + n)/T(1) + c for the n nodes each cycle verified, from the tree alone at first
-    (a grafted n-gram path adds nodes, and cost, only where the context repeats; a lookup chain verified in the
-    tree's place costs its own length). No margin by default: c here is the per-cycle cost measured in situ,
-    overheads included (the chain model's c is per token and misses the per-cycle ones, hence MARGIN there); the
-    profile predicted Medusa within 4%. At T > 0 the engine asks for MARGIN too: c and the verify costs are measured
-    greedy, and sampling at every node of a tree costs more. A tree's yield per cycle (0, 1, 2 ... tokens) is
-    noisier than one chain token's acceptance, hence a longer memory."""
-
-    def __init__(self, cost: float, depth: int, prior_accepted: float, prior_weight: float = 8.0,
-                 forget: float = 0.95, probe_every: int = 8, max_probe_every: int = 64, margin: float = 0.0,
-                 cost_of: Callable[..., float] | None = None, catch_up: Callable[[int], float] | None = None,
-                 open_k: int | None = None):
-        super().__init__(probe_every, max_probe_every, margin, catch_up)
-        self.depth, self.forget, self.cost_of = depth, forget, cost_of
-        self.open_k = open_k or depth                    # the k of a verified cycle (a probe's too)
-        self.total, self.spent, self.weight = prior_accepted * prior_weight, cost * prior_weight, prior_weight
-
-    @property
-    def mean_accepted(self) -> float:
-        return self.total / self.weight
-
-    @property
-    def cost(self) -> float:
-        """The running mean of a cycle's cost, in plain steps."""
-        return self.spent / self.weight
-
-    def next_k(self, behind: int = 0, remaining: int | None = None) -> int:
-        gain = (1 + self.mean_accepted) / self.cost
-        k = self.open_k if gain >= 1 + self.margin and self.repays(behind, remaining, gain) else 0
-        # a probe after idling: only if even every path accepted whole would repay the catch-up it forces
-        return self._gate(k, self.open_k, k > 0 or self.repays(behind, remaining, (1 + self.depth) / self.cost))
-
-    def update(self, checked: int, accepted: int, nodes: int | None = None, drafted: bool = True) -> None:
-        """A verified cycle: `accepted` of its tree's `nodes` draft nodes were kept; `drafted` False: a lookup
-        chain verified in the tree's place, which cost no drafting (`cost_of` charges it no c)."""
-        if checked == 0:
-            return
-        spent = self.cost if nodes is None or self.cost_of is None else self.cost_of(nodes, drafted)
-        self.total = self.forget * self.total + accepted
-        self.spent = self.forget * self.spent + spent
-        self.weight = self.forget * self.weight + 1
-
-
-class AutoCut(_Probing):
-    """A static tree, cut each cycle to the depth predicted fastest, or plain decoding (k = 0).
-
-    Each depth d has a running conditional acceptance a_d (a path that reached depth d - 1 goes on to d), older
-    cycles fading, shrunk toward its prior `rates[d - 1]` scaled by how this request's tries at every depth fared
-    against their priors, pooled (a draft model's tree: the draft's chain alpha at every depth, so the pooled
-    rate itself; heads' trees: their measured rates per depth). So a depth below the cuts verified so far follows
-    what the shallower depths accept, and a cut can grow deeper when they accept more than the prior said. Cut to
-    depth k, the tree yields 1 + sum over d <= k of a_1 ... a_d tokens a cycle for `costs[k - 1]` plain steps (its
-    nodes' verification, its drafting): the k with the best ratio is verified if it wins by the margin. After
-    idling, a probe verifies the cut to depth 1, the cheapest. Where rows are dear the whole tree never pays, and
-    gating it whole lost twice: the gate stayed shut where a shallower cut pays, and each probe verified every
-    node (draft-tree ran 0.95x plain on the default model in bf16 on an AVX-512 CPU without AMX, where a verified
-    row costs 0.13-0.16 plain steps; session 61)."""
-
-    def __init__(self, costs: list[float], rates: list[float], prior_weight: float = 4.0, forget: float = 0.9,
-                 probe_every: int = 8, max_probe_every: int = 64, margin: float = 0.0,
-                 catch_up: Callable[[int], float] | None = None):
-        super().__init__(probe_every, max_probe_every, margin, catch_up)
-        if len(rates) != len(costs):
-            raise ValueError(f"AutoCut: {len(costs)} cuts' costs but {len(rates)} prior rates")
-        self.costs, self.depth, self.forget = list(costs), len(costs), forget   # costs[k - 1]: the cut to depth k
-        # what some cut would gain with every path of it accepted whole: whether a probe can repay a catch-up
-        self.best_case = max((1 + d) / cost for d, cost in enumerate(self.costs, 1))
-        # a depth's prior is never quite 0 (measured so, or past the heads' measured depths): a request that
-        # accepts more than the prior said can still grow the cut to it
-        self.rates, self.weight = [min(max(r, RATE_FLOOR), 1.0) for r in rates], prior_weight
-        self.hits = [0.0] * self.depth        # per depth: paths that went on, faded
-        self.tries = [0.0] * self.depth       # per depth: paths that reached the depth before it, faded
-        mean = sum(self.rates) / self.depth
-        self.pool = [mean * prior_weight] * 2  # all depths' hits and their priors' expected hits, with the prior
-
-    def reach(self) -> list[float]:
-        """The chance that a cycle's accepted path reaches depth d, for d = 1 .. depth."""
-        scale = self.pool[0] / self.pool[1]
-        out, p = [], 1.0
-        for hit, tried, rate in zip(self.hits, self.tries, self.rates):
-            p *= (hit + min(1.0, rate * scale) * self.weight) / (tried + self.weight)
-            out.append(p)
-        return out
-
-    def gains(self) -> list[float]:
-        """The predicted speedup of the tree cut to depth k, for k = 1 .. depth."""
-        reach = self.reach()
-        return [(1 + sum(reach[:k])) / cost for k, cost in enumerate(self.costs, 1)]
-
-    def next_k(self, behind: int = 0, remaining: int | None = None) -> int:
-        gains = self.gains()
-        k = 1 + max(range(self.depth), key=gains.__getitem__)
-        if gains[k - 1] < 1 + self.margin or not self.repays(behind, remaining, gains[k - 1]):
-            k = 0
-        # a probe after idling: only if the best case would repay the catch-up it forces
-        return self._gate(k, 1, k > 0 or self.repays(behind, remaining, self.best_case))
-
-    def update(self, checked: int, accepted: int, nodes: int | None = None, drafted: bool = True) -> None:
-        """A verified cycle: depths 1 .. `checked` were tried, the first `accepted` held. A lookup chain verified
-        in the tree's place (`drafted` False) says nothing of the tree."""
-        if checked == 0 or not drafted:
-            return
-        for d in range(checked):
-            self.hits[d] = self.forget * self.hits[d] + (d < accepted)
-            self.tries[d] = self.forget * self.tries[d] + 1
-        self.pool = [self.forget * self.pool[0] + min(accepted, checked),
-                     self.forget * self.pool[1] + sum(self.rates[:checked])]

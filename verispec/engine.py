@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 from .autok import CHAIN_OF, MARGIN, CostProfile
+from .autotree import AutoCut
 from .errors import VerispecError
 from .generation import Generation, GenerationConfig
 from .model import ops
@@ -126,9 +127,10 @@ class Sequence:
         self.cache, self.cached_tokens = None, []   # cached_tokens: tokens whose keys/values are in self.cache
         self.out: list[int] = []
         self.finish_reason: str | None = None
-        # k = "auto": chains choose k every cycle; a static tree (a draft model's, `CHAIN_OF`, or one whose yield
-        # per depth the proposer knows: Medusa's, EAGLE's heads) is cut each cycle to the depth predicted fastest;
-        # a dynamic tree, or a static one with a grafted n-gram path, is verified whole or not at all
+        # k = "auto": chains choose k every cycle; a static tree is cut each cycle to the subtree predicted fastest
+        # (a draft model's, `CHAIN_OF`, by depth; one whose yield per node the proposer knows, Medusa's and EAGLE's
+        # heads', to its likeliest nodes); a dynamic tree, or a static one with a grafted n-gram path, is verified
+        # whole or not at all
         self.auto = None
         if cfg.k == "auto" and proposer is not None:
             expected = proposer.expected_accepted
@@ -140,7 +142,7 @@ class Sequence:
                 # tree's place may run that long, as it does without auto k)
                 self.auto = profile.tree_chooser(proposer.name, tree.cut(cfg.k_max), expected, margin,
                                                  cfg.k_max if proposer.graft else None, tree.depth,
-                                                 proposer.expected_reach, proposer.drafts_by_depth)
+                                                 proposer.node_reach, proposer.drafts_by_depth)
             elif tree is None:   # a dynamic tree: verify its nodes, at most k_max deep, or decode plainly
                 self.auto = profile.dynamic_tree_chooser(proposer.name, proposer.max_nodes - proposer.graft,
                                                          cfg.k_max, expected, margin)
@@ -213,7 +215,8 @@ class Sequence:
         t0 = time.perf_counter()
         cfg, device, newest = self.cfg, self.target.device, self.out[-1]
         if proposal is None:
-            proposal = self.proposer.propose(self.context(), k, cfg.sampling, self.gen) if k else Proposal([])
+            cut = self.auto.tree_for(k) if k and isinstance(self.auto, AutoCut) else None   # auto k's subtree
+            proposal = self.proposer.propose(self.context(), k, cfg.sampling, self.gen, cut) if k else Proposal([])
         start, tree = self.cache.length, proposal.tree
         if proposal.on_device is not None:                  # drafted on the device: the pass reads them there
             tokens = torch.cat([upload([newest], device), proposal.on_device.to(device)])[None]   # [1, 1+n]

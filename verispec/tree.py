@@ -171,16 +171,41 @@ def tree_from_acceptance(acceptance: list[list[float]], max_nodes: int) -> tuple
 
 def expected_accepted(tree: TokenTree, acceptance: list[list[float]]) -> float:
     """E[accepted draft tokens] of any tree under measured per-depth, per-rank acceptance (as above)."""
-    return sum(depth_reach(tree, acceptance))
+    return sum(node_reach(tree, acceptance).values())
 
 
-def depth_reach(tree: TokenTree, acceptance: list[list[float]]) -> list[float]:
-    """Per depth d = 1 .. tree.depth, the chance a cycle's accepted path gets d deep: the sum over the depth's
-    nodes of each node's chance (as above). A tree cut to depth k keeps the first k."""
-    reach = [0.0] * tree.depth
+def node_reach(tree: TokenTree, acceptance: list[list[float]]) -> dict[tuple[int, ...], float]:
+    """Per node (by its path of choice ranks), the chance a cycle's accepted path holds it: the product of its
+    ranks' acceptances along the path (as above; 0 past the measured depths or ranks)."""
+    reach = {}
     for c in tree.choices:
         p = 1.0
         for d, r in enumerate(c):
             p *= acceptance[d][r] if d < len(acceptance) and r < len(acceptance[d]) else 0.0
-        reach[len(c) - 1] += p
+        reach[c] = p
     return reach
+
+
+def depth_reach(tree: TokenTree, reach: dict[tuple[int, ...], float] | list[list[float]]) -> list[float]:
+    """Per depth d = 1 .. tree.depth, the chance a cycle's accepted path gets d deep: the sum over the depth's
+    nodes of each node's chance (`reach`, per node, or the acceptance table it comes from). A tree cut to depth
+    k keeps the first k."""
+    if not isinstance(reach, dict):
+        reach = node_reach(tree, reach)
+    out = [0.0] * tree.depth
+    for c in tree.choices:
+        out[len(c) - 1] += reach.get(c, 0.0)
+    return out
+
+
+def ladder(tree: TokenTree, reach: dict[tuple[int, ...], float]) -> list[TokenTree]:
+    """The tree's nested subtrees of 1, 2, ... all its nodes, each the likeliest nodes by `reach` (per node path):
+    the likeliest subtree of each size, as `tree_from_acceptance` grows its trees. A child is never likelier than
+    its parent, and ties go to the shallower node, so each subtree keeps every node's parent."""
+    order = sorted(tree.choices, key=lambda c: (-reach.get(c, 0.0), len(c), c))
+    return [_subtree(tuple(sorted(order[:n], key=lambda c: (len(c), c)))) for n in range(1, len(order) + 1)]
+
+
+@lru_cache(maxsize=512)
+def _subtree(choices: tuple[tuple[int, ...], ...]) -> TokenTree:
+    return build_tree(list(choices))

@@ -97,8 +97,9 @@ class Proposer:
     reads_features: bool = False        # `observe` wants the target's hidden states (Medusa, EAGLE)
     expected_accepted: float | None = None   # E[accepted tokens per cycle] at T = 0 (a tree whose proposer's
                                              # acceptance was measured): auto k's prior yield for the tree
-    expected_reach: list[float] | None = None   # a static tree's: per depth d, the chance at T = 0 that a cycle's
-                                                 # accepted path gets d deep (auto k cuts the tree where it pays)
+    node_reach: dict[tuple[int, ...], float] | None = None   # a static tree's: per node (its path of ranks), the
+                                        # chance at T = 0 that a cycle's accepted path holds it (auto k cuts the
+                                        # tree each cycle to its likeliest nodes, as many as pay)
     drafts_by_depth: bool = True        # drafting a static tree takes a pass per depth (a cut tree costs its share),
                                         # not one for the whole tree (Medusa's heads)
     draft_together = None               # callable(jobs) drafting many sequences in packed passes (serve.batch)
@@ -107,8 +108,10 @@ class Proposer:
         """Called before each generation: sequences will hold at most `capacity` tokens."""
 
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
-                generator: torch.Generator) -> Proposal:
-        """Guess up to k tokens (a chain of at most k, or a tree at most k deep) following `context`."""
+                generator: torch.Generator, tree: TokenTree | None = None) -> Proposal:
+        """Guess up to k tokens (a chain of at most k, or a tree at most k deep) following `context`. A static
+        tree's proposer fills `tree`, a subtree of its own (auto k's cut this cycle), where one is given; else its
+        tree cut to depth k. Chains and dynamic trees ignore it."""
         raise NotImplementedError
 
     def observe(self, hidden: torch.Tensor) -> None:

@@ -14,6 +14,7 @@ from ..model.host import upload
 from ..model.llama import Llama
 from ..model.rows import kv_bytes_per_token
 from ..sampling import SamplingConfig, probs, sample, top_tokens
+from ..tree import TokenTree
 from .base import Proposal, Proposer, widen
 
 
@@ -75,7 +76,7 @@ class DraftModelProposer(Proposer):
         return context[keep:]
 
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
-                generator: torch.Generator) -> Proposal:
+                generator: torch.Generator, tree: TokenTree | None = None) -> Proposal:
         return propose_together([(self, context, k, sampling, generator)])[0]
 
 

@@ -54,11 +54,11 @@ class DraftTreeProposer(DraftModelProposer):
 
     @torch.inference_mode()
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
-                generator: torch.Generator) -> Proposal:
-        return lookup_first(context, k, lambda: self._tree(context, k), self.lookup)
+                generator: torch.Generator, tree: TokenTree | None = None) -> Proposal:
+        return lookup_first(context, k, lambda: self._tree(context, tree or self.tree.cut(k)), self.lookup)
 
-    def _tree(self, context: list[int], k: int) -> Proposal:
-        tree, device = self.tree.cut(k), self.model.device
+    def _tree(self, context: list[int], tree: TokenTree) -> Proposal:
+        device = self.model.device
         feed = self._sync(context)
         ctx = len(context)                               # the root, context[-1], sits at position ctx - 1
         start = self.cache.length

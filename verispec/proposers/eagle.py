@@ -33,7 +33,7 @@ from ..model.eagle import EagleHead
 from ..model.host import upload
 from ..model.rows import kv_bytes_per_token
 from ..sampling import SamplingConfig
-from ..tree import TokenTree, build_tree, check_ranks, depth_reach, tree_from_acceptance
+from ..tree import TokenTree, build_tree, check_ranks, node_reach, tree_from_acceptance
 from .base import Proposal, Proposer, top_choices, widen
 from .eagle_graph import DraftGraph, chain_draft, dynamic_draft, eager_pass, plan_static, static_draft
 from .ngram import LookupRates, lookup_first
@@ -68,8 +68,8 @@ class EagleProposer(Proposer):
         if mode == "dynamic" and acceptance:
             self.expected_accepted = tree_from_acceptance(acceptance, nodes)[1]
         elif mode == "static" and acceptance:               # auto k's prior: verify the tree or decode plainly
-            self.expected_reach = depth_reach(tree, acceptance)
-            self.expected_accepted = sum(self.expected_reach)
+            self.node_reach = node_reach(tree, acceptance)
+            self.expected_accepted = sum(self.node_reach.values())
         self.cache, self.feats, self.known, self.fed, self.root = None, None, 0, 0, None
         self.lookup = LookupRates(graft)                     # how far this request's lookup paths hold
         self.plans: dict[tuple, list] = {}                   # a static tree's drafting plan, per tree
@@ -103,13 +103,13 @@ class EagleProposer(Proposer):
 
     @torch.inference_mode()
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
-                generator: torch.Generator) -> Proposal:
+                generator: torch.Generator, tree: TokenTree | None = None) -> Proposal:
         if self.known == 0 or k < 1 or self.known + 1 > len(context):
             return Proposal([])
         if self.mode == "chain":
             return self._drafted(context, lambda root: self._chain(root, len(context), k, sampling, generator))
-        return lookup_first(context, k, lambda: self._drafted(context, lambda root: self._tree(root, len(context), k)),
-                            self.lookup)
+        return lookup_first(context, k, lambda: self._drafted(
+            context, lambda root: self._tree(root, len(context), k, tree)), self.lookup)
 
     def _drafted(self, context: list[int], draft) -> Proposal:
         """draft(root) from the head's prediction of the newest token's feature root [1, 1, D]; the head's draft
@@ -195,10 +195,11 @@ class EagleProposer(Proposer):
             path.append((path[p] if p >= 0 else ()) + ((i if p < 0 else i - E) % E,))
         return _most_confident(order, parent, path, [self.ids[t] for t in token], self.nodes)
 
-    def _tree(self, root: torch.Tensor, n: int, k: int) -> Proposal:
-        """Draft a token tree level by level; every node's children are its top choices (deterministic)."""
+    def _tree(self, root: torch.Tensor, n: int, k: int, cut: TokenTree | None = None) -> Proposal:
+        """Draft a token tree level by level; every node's children are its top choices (deterministic). A static
+        tree's: `cut` (a subtree of it) where given, else the tree cut to depth k."""
         head, device = self.head, self.head.out.device
-        static = self.tree.cut(k) if self.mode == "static" else None
+        static = (cut or self.tree.cut(k)) if self.mode == "static" else None
         depth = static.depth if static else min(self.depth, k, self.nodes)      # N nodes reach depth N at most
         if not _HOST_RANKED[0]:
             return self._static_tree(root, n, static) if static else self._dynamic_tree(root, n, depth)

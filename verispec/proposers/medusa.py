@@ -19,7 +19,7 @@ import torch
 from ..model.host import upload
 from ..model.medusa import MedusaHeads
 from ..sampling import SamplingConfig
-from ..tree import TokenTree, check_ranks, depth_reach, tree_from_acceptance
+from ..tree import TokenTree, check_ranks, node_reach, tree_from_acceptance
 from .base import Proposal, Proposer, top_indices
 from .ngram import LookupRates, lookup_first
 
@@ -48,8 +48,8 @@ class MedusaProposer(Proposer):
         check_ranks(tree, len(heads.head_ids), "each Medusa head")
         self.heads, self.tree = heads, tree
         # E[accepted tokens per cycle] at temperature 0, from the heads' measured accuracy (for the cost model)
-        self.expected_reach = None if acceptance is None else depth_reach(tree, acceptance)
-        self.expected_accepted = None if acceptance is None else sum(self.expected_reach)
+        self.node_reach = None if acceptance is None else node_reach(tree, acceptance)
+        self.expected_accepted = None if acceptance is None else sum(self.node_reach.values())
         self.widths = tree.widths
         self.graft, self.max_nodes = graft, tree.size + graft     # graft: the longest n-gram path merged in
         self.hidden: torch.Tensor | None = None          # [D] the state the newest token was drawn from
@@ -69,14 +69,14 @@ class MedusaProposer(Proposer):
 
     @torch.inference_mode()
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
-                generator: torch.Generator) -> Proposal:
+                generator: torch.Generator, tree: TokenTree | None = None) -> Proposal:
         if self.hidden is None or k < 1:
             return Proposal([])
-        return lookup_first(context, k, lambda: self._tree(k), self.lookup)
+        return lookup_first(context, k, lambda: self._tree(tree or self.tree.cut(k)), self.lookup)
 
-    def _tree(self, k: int) -> Proposal:
-        """Node (r1, ..., rd) holds head d's r_d-th choice: gathered on the device, read back by the engine."""
-        tree = self.tree.cut(k)
+    def _tree(self, tree: TokenTree) -> Proposal:
+        """Node (r1, ..., rd) of `tree` (a subtree of the heads' tree) holds head d's r_d-th choice: gathered on
+        the device, read back by the engine."""
         logits = self.heads(self.hidden)                                           # [K, H]
         flat, at = top_indices(logits[:tree.depth], self.widths[:tree.depth])   # per depth, its ranked choices
         picks = upload([at[len(c) - 1] + c[-1] for c in tree.choices], logits.device)   # [n]

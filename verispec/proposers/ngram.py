@@ -14,7 +14,7 @@ import torch
 
 from ..errors import VerispecError
 from ..sampling import SamplingConfig
-from ..tree import build_tree
+from ..tree import TokenTree, build_tree
 from .base import Proposal, Proposer
 
 
@@ -33,7 +33,7 @@ class NgramProposer(Proposer):
         pass
 
     def propose(self, context: list[int], k: int, sampling: SamplingConfig,
-                generator: torch.Generator) -> Proposal:
+                generator: torch.Generator, tree: TokenTree | None = None) -> Proposal:
         return Proposal(lookup(context, k, self.max_ngram, self.min_ngram))
 
 
