@@ -163,7 +163,7 @@ def test_draft_tree_greedy_equals_plain(grafted, target_fp32, plain_outputs, gra
 
 
 def test_draft_tree_with_auto_k_cuts_its_tree_and_keeps_greedy_output(target_fp32, plain_outputs):
-    """Under k = "auto" draft-tree verifies its tree cut to the depth predicted fastest (`autok.AutoCut`): where
+    """Under k = "auto" draft-tree verifies its tree cut to the depth predicted fastest (`autotree.AutoCut`): where
     rows are dear, shallow cuts. Every cut keeps plain decoding's output."""
     from verispec.api import DEFAULT_DRAFT
     from verispec.autok import CostProfile
@@ -213,7 +213,7 @@ def test_shipped_medusa_heads_greedy_equal_plain(target_fp32, plain_outputs):
 
 def test_medusa_with_auto_k_cuts_its_tree_and_keeps_greedy_output(target_fp32, plain_outputs):
     """Under k = "auto" Medusa's static tree is cut each cycle to the subtree predicted fastest from its heads'
-    measured reach per node (`autok.AutoCut`): where rows are dear, a few nodes, fewer than the tree holds at its
+    measured reach per node (`autotree.AutoCut`): where rows are dear, a few nodes, fewer than the tree holds at its
     first depth. Every cut keeps plain decoding's output."""
     import torch
 

@@ -138,7 +138,8 @@ class AutoCut(Probing):
         # accepts more than the prior said can still grow the cut to it
         floor = lambda rs: [min(max(r, RATE_FLOOR), 1.0) for r in rs]  # noqa: E731
         self.rates, self.weight = floor(rates), prior_weight
-        self.shares = [[r / base for r, base in zip(floor(rs), self.rates)] for rs in cut_rates]
+        # (the shares from the rates as measured: floored, a cut whose rate is below the floor would bias a_d)
+        self.shares = [[r / base if base > 0 else 1.0 for r, base in zip(rs, rates)] for rs in cut_rates]
         self.hits = [0.0] * self.depth        # per depth: paths that went on, faded
         self.tries = [0.0] * self.depth       # per depth: paths that reached the depth before it, at their cuts'
                                               # shares of the whole tree's rate, faded

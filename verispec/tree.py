@@ -199,11 +199,13 @@ def depth_reach(tree: TokenTree, reach: dict[tuple[int, ...], float] | list[list
 
 
 def ladder(tree: TokenTree, reach: dict[tuple[int, ...], float]) -> list[TokenTree]:
-    """The tree's nested subtrees of 1, 2, ... all its nodes, each the likeliest nodes by `reach` (per node path):
-    the likeliest subtree of each size, as `tree_from_acceptance` grows its trees. A child is never likelier than
-    its parent, and ties go to the shallower node, so each subtree keeps every node's parent."""
+    """The tree's nested subtrees of 1 to 8 nodes, then 12, 16, 24, 32, 48 ..., and all its nodes, each the
+    likeliest nodes by `reach` (per node path): the likeliest subtree of each size, as `tree_from_acceptance` grows
+    its trees. A child is never likelier than its parent, and ties go to the shallower node, so each subtree keeps
+    every node's parent. (A few sizes, not every one: a graphed device records a draft per shape.)"""
     order = sorted(tree.choices, key=lambda c: (-reach.get(c, 0.0), len(c), c))
-    return [_subtree(tuple(sorted(order[:n], key=lambda c: (len(c), c)))) for n in range(1, len(order) + 1)]
+    sizes = set(range(1, 9)) | {m for i in range(3, 9) for m in (2 ** i, 3 * 2 ** (i - 1))} | {len(order)}
+    return [_subtree(tuple(sorted(order[:n], key=lambda c: (len(c), c)))) for n in sorted(sizes) if n <= len(order)]
 
 
 @lru_cache(maxsize=512)
