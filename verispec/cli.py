@@ -69,7 +69,8 @@ def _decoding_flags(p: argparse.ArgumentParser, k_list: bool = False) -> None:
                         "tree methods, LOSSY -- at T > 0 the output no longer follows the target's distribution")
     g.add_argument("--tree", help="token tree for --method draft-tree / medusa / eagle: per-depth widths such as "
                                   "2,2,1,1,1 or a JSON file of choice-rank paths; for medusa and eagle also a node "
-                                  "count (the best tree of that size from the heads' measured accuracy) or 'auto' "
+                                  "count (the best tree of that size from the heads' measured accuracy; with --k "
+                                  "auto the most a cycle verifies, cut to the nodes that pay) or 'auto' "
                                   "(the size the cost profile predicts fastest; medusa's default); for eagle "
                                   "'chain' (its default), 'dynamic' or 'dynamic:N' (EAGLE-2). Any tree takes "
                                   "'+ngram': the prompt-lookup continuation as one more path, or alone where the "
