@@ -5,11 +5,10 @@ Invariant: the target's KV cache holds every token of the sequence except the ne
   2. one target pass scores [newest token, draft tokens] -> p at k + 1 positions,
   3. `verify_chain` accepts a prefix and draws the recovered or bonus token,
   4. the cache is truncated to the accepted prefix.
-With no proposer, step 3 simply samples from p: plain decoding uses the very same sampler.
-
-A `Sequence` is one generation in progress; each cycle it plans its target pass (`plan`) and then finishes the
-cycle from that pass's hidden states (`finish`). `Engine.generate` runs one sequence; the serving batch
-(`verispec.serve.batch`) runs many and packs their target passes into one.
+With no proposer, step 3 simply samples from p: plain decoding uses the very same sampler. A `Sequence` is one
+generation in progress; each cycle it plans its target pass (`plan`) and then finishes the cycle from that pass's
+hidden states (`finish`). `Engine.generate` runs one sequence; the serving batch (`verispec.serve.batch`) runs
+many and packs their target passes into one.
 """
 from __future__ import annotations
 
@@ -128,9 +127,8 @@ class Sequence:
         self.out: list[int] = []
         self.finish_reason: str | None = None
         # k = "auto": chains choose k every cycle; a static tree is cut each cycle to the subtree predicted fastest
-        # (a draft model's, `CHAIN_OF`, by depth; one whose yield per node the proposer knows, Medusa's and EAGLE's
-        # heads', to its likeliest nodes); a dynamic tree, or a static one with a grafted n-gram path, is verified
-        # whole or not at all
+        # (a draft model's by depth, heads' to their likeliest nodes); a dynamic tree, or a static one with a
+        # grafted n-gram path, is verified whole or not at all
         self.auto = None
         if cfg.k == "auto" and proposer is not None:
             expected = proposer.expected_accepted
@@ -214,9 +212,9 @@ class Sequence:
         the target pass that checks them."""
         t0 = time.perf_counter()
         cfg, device, newest = self.cfg, self.target.device, self.out[-1]
-        if proposal is None:
-            cut = self.auto.tree_for(k) if k and isinstance(self.auto, AutoCut) else None   # auto k's subtree
-            proposal = self.proposer.propose(self.context(), k, cfg.sampling, self.gen, cut) if k else Proposal([])
+        if proposal is None:    # (`tree`: auto k's cut of a static tree, only where there is one)
+            cut = {"tree": self.auto.tree_for(k)} if k and isinstance(self.auto, AutoCut) and self.auto.trees else {}
+            proposal = self.proposer.propose(self.context(), k, cfg.sampling, self.gen, **cut) if k else Proposal([])
         start, tree = self.cache.length, proposal.tree
         if proposal.on_device is not None:                  # drafted on the device: the pass reads them there
             tokens = torch.cat([upload([newest], device), proposal.on_device.to(device)])[None]   # [1, 1+n]
