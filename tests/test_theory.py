@@ -193,7 +193,7 @@ def test_heads_trees_are_cut_to_their_likeliest_nodes():
     small = topk_per_depth([2, 1])                                   # (0), (1), (0, 0), (1, 0)
     assert node_reach(small, [[0.6, 0.2], [0.5]]) == pytest.approx(
         {(0,): 0.6, (1,): 0.2, (0, 0): 0.3, (1, 0): 0.1})
-    assert depth_reach(small, [[0.6, 0.2], [0.5]]) == pytest.approx([0.8, 0.6 * 0.5 + 0.2 * 0.5])
+    assert depth_reach(small, node_reach(small, [[0.6, 0.2], [0.5]])) == pytest.approx([0.8, 0.6 * 0.5 + 0.2 * 0.5])
     acceptance = [[0.7, 0.15, 0.05], [0.6, 0.1], [0.5, 0.1], [0.4]]
     tree, expected = tree_from_acceptance(acceptance, 16)
     reach = node_reach(tree, acceptance)

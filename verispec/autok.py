@@ -147,8 +147,7 @@ class CostProfile:
             else:             # every head in one pass, whatever the cut
                 drafting = [whole] * len(cuts)
             costs = [self.tree_cost(cut.size) + d for cut, d in zip(cuts, drafting)]
-            return AutoCut(costs, rates, margin=margin, catch_up=catch_up, cut_rates=cut_rates,
-                           trees=None if reach is None else cuts)
+            return AutoCut(costs, rates, margin=margin, catch_up=catch_up, cut_rates=cut_rates, trees=cuts)
         if expected_accepted is None:
             expected_accepted = sum(a ** i for i in range(1, tree.depth + 1))
             if c is None:

@@ -122,6 +122,8 @@ class AutoCut(Probing):
                  probe_every: int = 8, max_probe_every: int = 64, margin: float = 0.0,
                  catch_up: Callable[[int], float] | None = None, cut_rates: list[list[float]] | None = None,
                  trees: list | None = None):
+        """costs[j], cut_rates[j] (default: `rates` to depth j + 1) and trees[j]: cut j's cycle cost, its prior
+        rates per depth, and its tree (what `tree_for` hands the proposer; `CostProfile.tree_chooser` gives them)."""
         super().__init__(probe_every, max_probe_every, margin, catch_up)
         if cut_rates is None:                            # cut j: the tree cut to depth j + 1
             if len(rates) != len(costs):
@@ -130,7 +132,7 @@ class AutoCut(Probing):
         if len(cut_rates) != len(costs) or any(not r or len(r) > len(rates) for r in cut_rates):
             raise ValueError(f"AutoCut: {len(costs)} cuts' costs but {len(cut_rates)} cuts' rates")
         self.costs, self.depth, self.forget = list(costs), len(rates), forget   # costs[j]: cut j's cycle
-        self.trees = trees                                # cut j's tree (None: the caller cuts by depth)
+        self.trees = trees
         self.depths = [len(r) for r in cut_rates]         # cut j's depth
         # what some cut would gain with every path of it accepted whole: whether a probe can repay a catch-up
         self.best_case = max((1 + d) / cost for d, cost in zip(self.depths, self.costs))
@@ -179,8 +181,8 @@ class AutoCut(Probing):
 
     def tree_for(self, k: int):
         """The tree to verify after `next_k` gave k (or less, where the budget cuts it): the chosen cut, no deeper
-        than k; None where the cuts are by depth only (the caller cuts its tree to k)."""
-        return None if self.trees is None else self.trees[self.chosen].cut(k)
+        than k."""
+        return self.trees[self.chosen].cut(k)
 
     def update(self, checked: int, accepted: int, nodes: int | None = None, drafted: bool = True) -> None:
         """A verified cycle of the chosen cut: depths 1 .. `checked` were tried, the first `accepted` held. A

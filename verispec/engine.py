@@ -213,7 +213,7 @@ class Sequence:
         t0 = time.perf_counter()
         cfg, device, newest = self.cfg, self.target.device, self.out[-1]
         if proposal is None:    # (`tree`: auto k's cut of a static tree, only where there is one)
-            cut = {"tree": self.auto.tree_for(k)} if k and isinstance(self.auto, AutoCut) and self.auto.trees else {}
+            cut = {"tree": self.auto.tree_for(k)} if k and isinstance(self.auto, AutoCut) else {}
             proposal = self.proposer.propose(self.context(), k, cfg.sampling, self.gen, **cut) if k else Proposal([])
         start, tree = self.cache.length, proposal.tree
         if proposal.on_device is not None:                  # drafted on the device: the pass reads them there

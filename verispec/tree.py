@@ -186,12 +186,10 @@ def node_reach(tree: TokenTree, acceptance: list[list[float]]) -> dict[tuple[int
     return reach
 
 
-def depth_reach(tree: TokenTree, reach: dict[tuple[int, ...], float] | list[list[float]]) -> list[float]:
+def depth_reach(tree: TokenTree, reach: dict[tuple[int, ...], float]) -> list[float]:
     """Per depth d = 1 .. tree.depth, the chance a cycle's accepted path gets d deep: the sum over the depth's
-    nodes of each node's chance (`reach`, per node, or the acceptance table it comes from). A tree cut to depth
-    k keeps the first k."""
-    if not isinstance(reach, dict):
-        reach = node_reach(tree, reach)
+    nodes of each node's chance (`reach`, per node path, as `node_reach` gives). A tree cut to depth k keeps the
+    first k."""
     out = [0.0] * tree.depth
     for c in tree.choices:
         out[len(c) - 1] += reach.get(c, 0.0)
