@@ -102,6 +102,26 @@ class CostProfile:
     def chooser(self, method: str, k_max: int = 12) -> "AutoK":
         return AutoK(self.draft_cost.get(method, 0.05), self.curve, self.alpha.get(method, 0.5), k_max=k_max)
 
+    def chooser_for(self, proposer, k_max: int, sampled: bool) -> "AutoK | AutoTree | AutoCut | None":
+        """Auto k's chooser for one request to `proposer` (`proposers.base.Proposer`), k at most `k_max`: a
+        chain's k (`chooser`); a static tree cut each cycle, or with a grafted n-gram path gated whole
+        (`tree_chooser`); a dynamic tree gated whole (`dynamic_tree_chooser`); None for a static tree with no
+        prior yield. `sampled` (T > 0): a choice must win by MARGIN, for sampling at every node costs what the
+        greedy measurements did not see."""
+        margin = MARGIN if sampled else 0.0
+        tree, expected = proposer.tree, proposer.expected_accepted
+        if not proposer.makes_trees:
+            return self.chooser(proposer.name, k_max)
+        if tree is None:     # verify its nodes, at most k_max deep, or decode plainly
+            return self.dynamic_tree_chooser(proposer.name, proposer.max_nodes - proposer.graft, k_max, expected,
+                                             margin)
+        if expected is None and proposer.name not in CHAIN_OF:
+            return None
+        # (with a grafted n-gram path, an open gate asks for k_max: a lookup chain verified in the tree's place
+        # may run that long, as it does without auto k)
+        return self.tree_chooser(proposer.name, tree.cut(k_max), expected, margin, k_max if proposer.graft else None,
+                                 tree.depth, proposer.node_reach, proposer.drafts_by_depth)
+
     def dynamic_tree_chooser(self, method: str, nodes: int, depth: int, expected_accepted: float | None = None,
                              margin: float = 0.0) -> "AutoTree":
         """A tree built anew each cycle (EAGLE-2): verify its `nodes` nodes, at most `depth` deep, or decode

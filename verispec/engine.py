@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from .autok import CHAIN_OF, MARGIN, CostProfile
+from .autok import CostProfile
 from .autotree import AutoCut
 from .errors import VerispecError
 from .generation import Generation, GenerationConfig
@@ -107,7 +107,6 @@ class Sequence:
         if not prompt:
             raise VerispecError("the prompt is empty")
         self.target, self.proposer, self.prompt, self.cfg, self.on_tokens = target, proposer, prompt, cfg, on_tokens
-        tree = None if proposer is None else proposer.tree    # a static tree, filled every cycle
         if cfg.acceptance == "typical" and (proposer is None or not proposer.makes_trees):
             raise VerispecError("typical acceptance needs a tree: draft-tree, medusa, or eagle with --tree")
         limit = target.cfg.max_position
@@ -126,24 +125,10 @@ class Sequence:
         self.cache, self.cached_tokens = None, []   # cached_tokens: tokens whose keys/values are in self.cache
         self.out: list[int] = []
         self.finish_reason: str | None = None
-        # k = "auto": chains choose k every cycle; a static tree is cut each cycle to the subtree predicted fastest
-        # (a draft model's by depth, heads' to their likeliest nodes); a dynamic tree, or a static one with a
-        # grafted n-gram path, is verified whole or not at all
-        self.auto = None
-        if cfg.k == "auto" and proposer is not None:
-            expected = proposer.expected_accepted
-            margin = MARGIN if cfg.sampling.temperature > 0 else 0.0   # sampling at every node: unmeasured cost
-            if not proposer.makes_trees:
-                self.auto = profile.chooser(proposer.name, cfg.k_max)
-            elif tree is not None and (expected is not None or proposer.name in CHAIN_OF):
-                # (with a grafted n-gram path, an open gate asks for k_max: a lookup chain verified in the
-                # tree's place may run that long, as it does without auto k)
-                self.auto = profile.tree_chooser(proposer.name, tree.cut(cfg.k_max), expected, margin,
-                                                 cfg.k_max if proposer.graft else None, tree.depth,
-                                                 proposer.node_reach, proposer.drafts_by_depth)
-            elif tree is None:   # a dynamic tree: verify its nodes, at most k_max deep, or decode plainly
-                self.auto = profile.dynamic_tree_chooser(proposer.name, proposer.max_nodes - proposer.graft,
-                                                         cfg.k_max, expected, margin)
+        # k = "auto": chains choose k every cycle; a static tree is cut each cycle to the subtree predicted fastest;
+        # a dynamic tree, or a static one with a grafted n-gram path, is verified whole or not at all
+        self.auto = None if cfg.k != "auto" or proposer is None else \
+            profile.chooser_for(proposer, cfg.k_max, cfg.sampling.temperature > 0)
         self._t_start = time.perf_counter()
 
     @property
