@@ -91,6 +91,14 @@ DEV_PROMPTS = str(Path(__file__).parent.parent / "bench" / "dev_prompts.jsonl")
     (["demo", "--methods", ","], "--methods is empty"),
     (["report", "--prompts", DEV_PROMPTS, "--out", "r", "--methods", "plain"], "--methods is empty"),
     (["loadtest", "--methods", " , "], "--methods is empty"),
+    (["bench-batch", "--prompts", DEV_PROMPTS, "--method", "plain"], "pick one other than plain"),
+    (["doctor", "--draft", "/nonexistent"], "unrecognized arguments: --draft"),
+    (["bench", "--prompts", DEV_PROMPTS, "--request-methods", "ngram"], "are for servers: add --url"),
+    (["audit", "--reference-url", "http://127.0.0.1:9"], "are for servers: add --url"),
+    (["bench", "--prompts", DEV_PROMPTS, "--k", "1,,2"], "--k takes an integer"),
+    (["fetch", "--model", ""], "--model is empty"),
+    (["generate", "hi", "--method", "draft", "--draft", " "], "--draft is empty"),
+    (["bench-batch", "--prompts", DEV_PROMPTS, "--batch", "1,,2"], "--batch takes batch sizes"),
 ])
 def test_bad_flags_of_every_command(capsys, argv, needle):
     """Found by probing every command with bad values: each is one line and status 2, before any model loads."""
@@ -200,6 +208,9 @@ def test_empty_prompt(capsys, tiny_dir):
 
 def test_k_larger_than_context(capsys, tiny_dir):
     fails_cleanly(capsys, ["generate", "hello", "--model", str(tiny_dir), "--k", "400"], "too large")
+    # plain decoding drafts nothing: a model whose context is under twice k_max (12) still decodes plainly
+    assert main(["generate", "hello", "--model", str(tiny_dir), "--method", "plain", "--k", "400",
+                 "--max-new-tokens", "2"]) == 0
 
 
 def test_prompt_plus_new_tokens_beyond_context(capsys, tiny_dir):
@@ -237,6 +248,15 @@ def test_missing_model(capsys, tmp_path):
 def test_bad_prompts_file(capsys, tiny_dir, corrupt_files, which, needle):
     path = corrupt_files["dir"] / "absent.jsonl" if which == "missing" else corrupt_files[which]
     fails_cleanly(capsys, ["bench", "--prompts", str(path), "--model", str(tiny_dir)], needle)
+
+
+@pytest.mark.parametrize("line,needle", [("[1, 2]", "a JSON list, not an object"),
+                                         ('{"prompt": "hi", "category": 5}', "'category' must be"),
+                                         ('{"prompt": "hi", "category": null}', "'category' must be")])
+def test_a_prompt_line_of_the_wrong_shape_is_named(capsys, tmp_path, line, needle):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "fine"}\n' + line + "\n")
+    fails_cleanly(capsys, ["bench", "--prompts", str(path)], f"p.jsonl:2: malformed prompt line ({needle}")
 
 
 def test_generate_json(capsys, tiny_dir):

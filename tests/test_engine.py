@@ -323,3 +323,11 @@ def test_generation_arguments_of_the_wrong_type_get_one_line_errors(tiny_dir):
         with pytest.raises(VerispecError, match=needle):
             spec.generate("Count to ten", **kw)
     assert spec.generate("Count to ten", max_new_tokens=3, seed=2 ** 64 - 1, temperature=1.0).token_ids
+    for prompt in (None, 5, ["Count"]):
+        with pytest.raises(VerispecError, match="the prompt must be text"):
+            spec.generate(prompt)
+    for messages in ("hi", [{"role": "bogus", "content": "hi"}], [{"role": "user", "content": 5}], ["hi"]):
+        with pytest.raises(VerispecError, match="messages must be a list"):
+            spec.chat(messages)
+    assert spec.chat([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+                     max_new_tokens=2).token_ids

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from verispec.cli import main
 from verispec.report import random_prompts
 
 
-def test_report_end_to_end(tmp_path, tiny_dir):
+def test_report_end_to_end(tmp_path, tiny_dir, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("\n".join(json.dumps({"prompt": f"Repeat: a b c a b c {i}", "category": c})
                                  for i, c in enumerate(["x", "y"])))
@@ -33,6 +35,19 @@ def test_report_end_to_end(tmp_path, tiny_dir):
                 "speedup_by_category.png", "cost_curve.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"]({png})" in md
+    # a report folder is written anew only with --force, and a folder of the user's never (it replaced their
+    # report.md): both refused before any work
+    capsys.readouterr()
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "report.md").write_text("my notes")
+    for folder, force, needle in ((out, [], "pass --force"), (mine, [], "pass --force"),
+                                  (mine, ["--force"], "holds no .verispec")):
+        assert main(["report", "--prompts", str(prompts), "--model", str(tiny_dir), "--methods", "ngram",
+                     "--out", str(folder), *force]) == 2
+        err = capsys.readouterr().err
+        assert needle in err and err.count("\n") == 1
+    assert (mine / "report.md").read_text() == "my notes" and (out / ".verispec").is_file()
 
 
 def test_report_rejects_bad_flags(capsys, tiny_dir, tmp_path):
@@ -219,3 +234,36 @@ def test_a_disturbed_measurement_of_verify_costs_is_taken_twice_more_and_each_sh
         tuned = profile_mod.machine_costs(target_bf16.model, CostProfile(), "m", "bf16")
         assert len(seen) == calls and {n: tuned.curve[n] for n in (3, 4)} == expected
 
+
+
+def test_a_damaged_cost_cache_is_measured_again_and_a_bad_profile_gets_one_line(target_bf16, tmp_path, monkeypatch):
+    """The machine's cached verify costs are measured again where the file is damaged (valid JSON of another
+    shape: it crashed `generate` before); a user's profile with wrongly shaped or out-of-range fields is refused in
+    one line naming the field, not with a traceback from deep in auto k."""
+    from verispec import kernels
+    from verispec import profile as profile_mod
+    from verispec.autok import CostProfile
+    from verispec.errors import VerispecError
+    built = kernels.build_dir()
+    monkeypatch.setattr(kernels, "build_dir", lambda: built)
+    measured = ({1: 1.0, 2: 1.2, 3: 1.4}, {4: 2.0, 8: 3.0})
+    monkeypatch.setattr(profile_mod, "verify_times", lambda *a, **k: measured)
+    monkeypatch.setenv("VERISPEC_HOME", str(tmp_path))
+    profile_mod.machine_costs(target_bf16.model, CostProfile(), "m", "bf16")
+    cache, = (tmp_path / "profiles").glob("verify-*.json")
+    for damaged in ("{}", "[]", '{"curve": [], "tree_curve": {}}', '{"curve": {"1": "x"}, "tree_curve": {}}',
+                    '{"curve": {}, "tree_curve": {}}', '{"curve": {"1": NaN}, "tree_curve": {}}'):
+        cache.write_text(damaged)
+        tuned = profile_mod.machine_costs(target_bf16.model, CostProfile(), "m", "bf16")
+        assert tuned.curve[3] == 1.4 and tuned.tree_cost(8) == 3.0, damaged
+    good = json.loads(json.dumps({"curve": {"1": 1.0, "2": 1.1}, "draft_cost": {"ngram": 0.01},
+                                  "alpha": {"ngram": 0.5}}))
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(good))
+    assert CostProfile.load(path).alpha == {"ngram": 0.5}
+    for field, value in (("curve", {}), ("draft_cost", {"ngram": "x"}), ("alpha", {"ngram": "x"}),
+                         ("alpha", {"ngram": 5.0}), ("alpha", [1]), ("draft_cost", None), ("curve", {"0": 1.0}),
+                         ("curve", {"1": -1.0}), ("tree_curve", {"4": True}), ("meta", [])):
+        path.write_text(json.dumps({**good, field: value}))
+        with pytest.raises(VerispecError, match="cannot read profile"):
+            CostProfile.load(path)

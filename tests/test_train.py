@@ -104,10 +104,12 @@ def test_distill_data_resumes_and_refuses_other_parameters(tmp_path, tiny_dir, c
     assert sorted(out.glob("shard-*.pt")) == shards and shards[0].read_bytes() == first
     assert main(args[:-4] + ["--max-new-tokens", "7", "--top-k-probs", "4", "--dtype", "fp32"]) == 2
     assert "other parameters" in capsys.readouterr().err
-    shards[-1].write_bytes(b"junk")                # not a shard distill-data wrote: refused, not skipped
-    assert main(args) == 2
-    err = capsys.readouterr().err
-    assert "is not a shard distill-data wrote" in err and err.count("\n") == 1
+    whole = shards[-1].read_bytes()
+    for junk in (b"junk", whole[:len(whole) // 2]):   # not a shard distill-data wrote, or one cut short: refused,
+        shards[-1].write_bytes(junk)                  # not skipped
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "is not a shard distill-data wrote" in err and err.count("\n") == 1
     shards[-1].unlink()
     assert main(args) == 0 and sorted(out.glob("shard-*.pt")) == shards
     capsys.readouterr()
@@ -239,6 +241,33 @@ def test_train_draft_refuses_shapes_and_lengths_it_cannot_train_in_one_line(tmp_
         err = capsys.readouterr().err
         assert bad[0] in err and err.count("\n") == 1
     assert not (tmp_path / "d").exists() and not (tmp_path / "d.work").exists()
+
+
+def test_training_refuses_another_models_data_and_a_damaged_checkpoint_in_one_line(tmp_path, tiny_dir,
+                                                                                  tiny_distill_dir, capsys):
+    """distill-data's manifest names the model whose answers the data holds: training for another is refused
+    (SmolLM2's token ids fed to Qwen trained garbage heads, and exited 0). A damaged checkpoint is named, with how
+    to start afresh, not a traceback from torch."""
+    import shutil
+    data = tmp_path / "data"
+    shutil.copytree(tiny_distill_dir, data)
+    manifest = json.loads((data / "manifest.json").read_text())
+    flags = ["train-draft", "--data", str(data), "--out", str(tmp_path / "d"), "--layers", "1", "--hidden", "16",
+             "--heads", "2", "--kv-heads", "1", "--intermediate", "32", "--head-tokens", "512", "--steps", "2",
+             "--eval-every", "2", "--tokens-per-batch", "256"]
+    for made_by, model in (("qwen2.5-coder-0.5b", []), (str(tmp_path), ["--model", str(tiny_dir)])):
+        (data / "manifest.json").write_text(json.dumps({**manifest, "model": made_by}))
+        assert main(flags + model) == 2
+        err = capsys.readouterr().err
+        assert f"holds answers of {made_by}" in err and err.count("\n") == 1
+        assert not (tmp_path / "d").exists() and not (tmp_path / "d.work").exists()
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    assert main(flags + ["--model", str(tiny_dir)]) == 0
+    capsys.readouterr()
+    (tmp_path / "d.work" / "checkpoint.pt").write_text("garbage")
+    assert main(flags + ["--model", str(tiny_dir), "--steps", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read" in err and "checkpoint.pt" in err and "start afresh" in err and err.count("\n") == 1
 
 
 def test_draft_from_target_layers_borrows_and_freezes_the_embedding(tmp_path, tiny_dir):

@@ -23,6 +23,7 @@ from .proposers.base import Proposer
 from .sampling import SamplingConfig
 
 METHODS = ("plain", "ngram", "draft", "draft-tree", "medusa", "eagle")
+ROLES = ("system", "user", "assistant")     # a chat message's (as the server takes them)
 TREE_METHODS = ("draft-tree", "medusa", "eagle")      # the methods --tree shapes
 DEFAULT_DRAFT = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-draft"
 DEFAULT_MEDUSA = Path(__file__).parent / "drafts" / "smollm2-135m-instruct-medusa"
@@ -348,6 +349,8 @@ class Speculator:
                  on_text=None, acceptance: str = "exact",
                  k_max: int = GenerationConfig.k_max) -> Result:
         """Decode after `prompt`: a user message in the model's chat template, or raw text with chat=False."""
+        if not isinstance(prompt, str):
+            raise VerispecError(f"the prompt must be text, not {type(prompt).__name__}")
         return self._run(self.target.tokenizer.prompt_ids(prompt, chat), False, max_new_tokens, k, temperature,
                          top_p, top_k, seed, on_text, acceptance, k_max)
 
@@ -360,6 +363,9 @@ class Speculator:
         answer are not prefilled again, and the output is that of a fresh start."""
         if not messages:
             raise VerispecError("the conversation is empty")
+        if not isinstance(messages, list) or not all(
+                isinstance(m, dict) and m.get("role") in ROLES and isinstance(m.get("content"), str) for m in messages):
+            raise VerispecError(f"messages must be a list of {{'role': {' / '.join(ROLES)}, 'content': text}}")
         return self._run(self.target.tokenizer.chat_ids(messages), True, max_new_tokens, k, temperature, top_p,
                          top_k, seed, on_text, acceptance, k_max)
 

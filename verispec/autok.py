@@ -28,6 +28,33 @@ CHAIN_OF = {"draft-tree": "draft"}   # a tree method drafted by a chain method's
 MARGIN = 0.10
 
 
+def table(raw, what: str, key=int, most: float = float("inf"), value=float) -> dict:
+    """A profile's table read from JSON: an object whose keys are `key`s (ints: at least 1) and whose values are
+    finite numbers in [0, most] (`value` reads them); ValueError naming `what` otherwise."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{what} is not an object")
+    out = {}
+    for k, v in raw.items():
+        k = key(k)
+        if key is int and k < 1:
+            raise ValueError(f"{what} has key {k}, not >= 1")
+        if value is float:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= most:
+                raise ValueError(f"{what}[{k}] = {v!r} is not a number in [0, {most}]")
+        out[k] = value(v)
+    return out
+
+
+def cost_table(raw, what: str, empty: bool = False) -> dict[int, float]:
+    """A cost curve read from JSON: T(n)/T(1) per n >= 1, each a positive finite number (and some, unless `empty`)."""
+    out = table(raw, what)
+    if not out and not empty:
+        raise ValueError(f"{what} is empty")
+    if 0 in out.values():
+        raise ValueError(f"{what} holds a cost of 0")
+    return out
+
+
 @dataclass
 class CostProfile:
     curve: dict[int, float] = field(default_factory=lambda: {n: 1 + 0.045 * (n - 1) for n in range(1, 17)})
@@ -81,12 +108,18 @@ class CostProfile:
     def load(cls, path: str | Path) -> "CostProfile":
         try:
             d = json.loads(Path(path).read_text())
-            return cls({int(n): float(v) for n, v in d["curve"].items()}, d["draft_cost"], d["alpha"],
-                       d.get("measured", True), d.get("meta", {}),
-                       {int(n): float(v) for n, v in d.get("tree_curve", {}).items()},
-                       {int(b): {int(n): float(v) for n, v in row.items()}
-                        for b, row in d.get("batch_curve", {}).items()},
-                       {int(b): float(v) for b, v in d.get("batch_scale", {}).items()})
+            if not isinstance(d, dict):
+                raise ValueError("not a JSON object")
+            meta = d.get("meta", {})
+            if not isinstance(meta, dict):
+                raise ValueError("meta is not an object")
+            batch = d.get("batch_curve", {})
+            return cls(cost_table(d["curve"], "curve"), table(d["draft_cost"], "draft_cost", str),
+                       table(d["alpha"], "alpha", str, 1.0), bool(d.get("measured", True)), meta,
+                       cost_table(d.get("tree_curve", {}), "tree_curve", empty=True),
+                       {b: cost_table(row, f"batch_curve[{b}]") for b, row in
+                        table(batch, "batch_curve", int, value=lambda row: row).items()},
+                       table(d.get("batch_scale", {}), "batch_scale", int))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise VerispecError(f"cannot read profile {path}: {e}") from None
 

@@ -145,7 +145,10 @@ def environment(args, target: Target | None = None) -> dict:
 
 def parse_ks(text: str) -> list[int | str]:
     from .flags import parse_k
-    ks = [parse_k(k) for k in str(text).split(",") if k.strip()]
+    items = str(text).split(",")
+    if not text or any(not k.strip() for k in items):
+        raise VerispecError(f"--k takes an integer, 'auto' or a comma-separated list, got {text!r}")
+    ks = [parse_k(k) for k in items]
     if not ks:
         raise VerispecError(f"--k takes an integer, 'auto' or a comma-separated list, got {text!r}")
     return ks

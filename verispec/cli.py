@@ -20,22 +20,26 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"verispec: error: {message}\n")
 
 
-def _model_flags(p: argparse.ArgumentParser) -> None:
+def _model_flags(p: argparse.ArgumentParser, drafts: bool = True) -> None:
+    """--model, --dtype, --device; and, where the command runs a proposer (`drafts`), --draft and --draft-weights."""
     g = p.add_argument_group("model")
     g.add_argument("--model", help=f"target: a model name ({', '.join(catalog.names())}), a model folder "
                                    "(safetensors) or a .gguf file; default: smollm2-135m")
-    g.add_argument("--draft", help="draft model for --method draft / draft-tree (name, folder or .gguf), or heads "
-                                   "for --method medusa / eagle; default: the ones shipped or named for the target")
+    if drafts:
+        g.add_argument("--draft", help="draft model for --method draft / draft-tree (name, folder or .gguf), or "
+                                       "heads for --method medusa / eagle; default: the ones shipped or named for "
+                                       "the target")
     g.add_argument("--dtype", choices=("fp32", "bf16", "bf16a", "gguf", "gguf-q8"),
                    help="weights in fp32, bf16, or as the GGUF file stores them (gguf: quantized, exactly the "
                         "fp32 model, fewer bytes; gguf-q8: the same weights with 8-bit activations and integer sums, "
                         "as llama.cpp computes, faster, a slightly different model); bf16a: bf16 weights and bf16 "
                         "activations into each product (CPU; faster where the CPU has AVX512_BF16, a slightly "
                         "different model from bf16); default: the named model's (gguf for Qwen2.5-Coder), else bf16")
-    g.add_argument("--draft-weights", choices=DRAFT_WEIGHTS, default="auto",
-                   help="the draft's or heads' weights: q4 (requantized to 4 bits, integer products: cheaper to "
-                        "read), native (as loaded), auto (q4 wherever verispec's CPU kernels run, "
-                        "else native); acceptance and speed change, the output never does")
+    if drafts:
+        g.add_argument("--draft-weights", choices=DRAFT_WEIGHTS, default="auto",
+                       help="the draft's or heads' weights: q4 (requantized to 4 bits, integer products: cheaper to "
+                            "read), native (as loaded), auto (q4 wherever verispec's CPU kernels run, "
+                            "else native); acceptance and speed change, the output never does")
     g.add_argument("--device", type=device, default="auto", help="cpu, cuda or auto (default: cuda when present)")
 
 
@@ -159,7 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "temperatures, categories, adversarial input, transformers peers)")
     rp.add_argument("--prompts", nargs="+", required=True, help="JSONL prompt files (e.g. bench/dev_prompts.jsonl)")
     rp.add_argument("--methods", default="ngram,draft")
-    rp.add_argument("--out", required=True, help="output folder: report.md, report.json, *.png")
+    rp.add_argument("--out", required=True, help="output folder: report.md, report.json, *.png (a new or empty "
+                                                "one, or an earlier report's with --force)")
+    rp.add_argument("--force", action="store_true", help="replace the report an earlier run wrote at --out")
     rp.add_argument("--limit", type=int_at_least(1), default=4, help="prompts per category (default 4)")
     rp.add_argument("--k", default="1,2,3,4,6,8", help="fixed k values to sweep (auto is always added)")
     rp.add_argument("--temperatures", default="0,0.7,1.0")
@@ -227,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     dr = sub.add_parser("doctor", help="what this machine guarantees (bitwise rows, kernels, dtype), checked on "
                                        "the model; exit 1 where the guarantee does not hold")
-    _model_flags(dr)
+    _model_flags(dr, drafts=False)
     dr.add_argument("--rows", type=int, default=64, help="largest pass checked (default 64 rows; at least 2)")
 
     f = sub.add_parser("fetch", help="download and convert a model into the local cache, then print its folder")
@@ -292,15 +298,22 @@ def main(argv: list[str] | None = None) -> int:
         for path in (getattr(args, "json_out", None), args.out if args.command == "profile" else None):
             if path is not None:
                 check_new_file(path)         # before the work: a run must not end unable to write its figures
+        for flag in ("model", "draft"):
+            if getattr(args, flag, None) is not None and not getattr(args, flag).strip():
+                raise VerispecError(f"--{flag} is empty: name a model, a folder or a file")
         if args.command == "generate":
             return cmd_generate(args)
         if args.command in ("bench", "audit") and args.url:
             from .remote_cmds import cmd_audit_remote, cmd_bench_remote
             return (cmd_bench_remote if args.command == "bench" else cmd_audit_remote)(args)
         if args.command == "bench":
+            if args.request_methods or args.remote_model:
+                raise VerispecError("--request-methods and --remote-model are for servers: add --url")
             from .bench import cmd_bench
             return cmd_bench(args)
         if args.command == "audit":
+            if args.reference_url or args.remote_model:
+                raise VerispecError("--reference-url and --remote-model are for servers: add --url")
             from .audit import cmd_audit
             return cmd_audit(args)
         if args.command == "demo":

@@ -135,7 +135,7 @@ def parse_batch_sizes(text: str) -> list[int]:
     """'1,2,4,8' -> [1, 2, 4, 8]: distinct batch sizes in 1..256, ascending. Bad input raises VerispecError."""
     from .errors import VerispecError
     try:
-        sizes = sorted({int(b) for b in str(text).split(",") if b.strip()})
+        sizes = sorted({int(b) for b in str(text).split(",")})      # (an empty item is no size: ValueError)
     except ValueError:
         raise VerispecError(f"--batch takes batch sizes such as 1,2,4,8,16, got {text!r}") from None
     if not sizes or sizes[0] < 1 or sizes[-1] > 256:

@@ -121,7 +121,7 @@ def cmd_doctor(args) -> int:
                  "avx2": "AVX2"}
         print(f"integer products (gguf-q8): {names[lib.q8_isa()]} (exact integer sums: the same bits with every "
               "instruction set)")
-    target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
+    target = Target.load(args.model, args.dtype, args.device)
     device = target.model.device
     print(f"model: {target.folder} ({args.dtype}, {device})")
     if 40 + args.rows + 2 > target.model.cfg.max_position:

@@ -110,7 +110,7 @@ class Sequence:
         if cfg.acceptance == "typical" and (proposer is None or not proposer.makes_trees):
             raise VerispecError("typical acceptance needs a tree: draft-tree, medusa, or eagle with --tree")
         limit = target.cfg.max_position
-        if cfg.longest_draft + 1 > limit // 2:
+        if proposer is not None and cfg.longest_draft + 1 > limit // 2:     # (plain decoding drafts nothing)
             raise VerispecError(f"k = {cfg.longest_draft} is too large for a context of {limit} tokens")
         if len(prompt) + cfg.max_new_tokens > limit:
             raise VerispecError(f"prompt ({len(prompt)} tokens) plus max-new-tokens ({cfg.max_new_tokens}) "

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .autok import CostProfile
+from .autok import CostProfile, cost_table, table
 from .costs import check_room, cost_curve, one_token_pass, verify_times
 from .theory import expected_tokens, monotone_curve, speedup, truncated_geometric
 
@@ -166,8 +166,9 @@ def machine_costs(model, base: CostProfile, name: str, dtype: str) -> CostProfil
                                    15, "steady"]).encode()).hexdigest()[:12]       # (rounds; retried if not steady)
     path = home() / "profiles" / f"verify-{key}.json"     # (costs-*.json: trees timed apart from chains)
     try:
-        measured = json.loads(path.read_text())
-    except (OSError, ValueError):
+        raw = json.loads(path.read_text())
+        measured = {part: cost_table(raw[part], part) for part in ("curve", "tree_curve")}
+    except (OSError, ValueError, KeyError, TypeError):      # none yet, or a damaged one: measured again
         print("verispec: measuring this machine's verify costs for --k auto (once, a few seconds) ...", file=sys.stderr)
         # 15 rounds: on an AVX2-only VM, 7 gave a 4-node tree 1.68-2.45 passes within two hours (session 50)
         attempts = []
@@ -180,9 +181,8 @@ def machine_costs(model, base: CostProfile, name: str, dtype: str) -> CostProfil
                     for i, part in enumerate(("curve", "tree_curve"))}
         with atomic_file(path) as f:
             json.dump(measured, f)
-    curve = {int(n): float(v) for n, v in measured["curve"].items()}
-    trees = {int(n): float(v) for n, v in measured["tree_curve"].items()}
-    return replace(base, curve=curve, tree_curve=trees, meta={**base.meta, "verify_costs": f"this machine ({path})"})
+    return replace(base, curve=measured["curve"], tree_curve=measured["tree_curve"],
+                   meta={**base.meta, "verify_costs": f"this machine ({path})"})
 
 
 def machine_draft_cost(target, proposer, base: CostProfile, draft: str) -> CostProfile:
@@ -221,8 +221,8 @@ def machine_draft_cost(target, proposer, base: CostProfile, draft: str) -> CostP
                                   ).encode()).hexdigest()[:12]
     path = home() / "profiles" / f"draft-{key}.json"
     try:
-        c = float(json.loads(path.read_text())["draft"])
-    except (OSError, ValueError, KeyError, TypeError):
+        c = float(table({1: json.loads(path.read_text())["draft"]}, "draft")[1])
+    except (OSError, ValueError, KeyError, TypeError):      # none yet, or a damaged one: measured again
         print("verispec: measuring this machine's draft cost for --k auto (once, a few seconds) ...", file=sys.stderr)
         context = torch.randint(0, model.cfg.vocab_size, (256,), generator=torch.Generator().manual_seed(0)).tolist()
         step = one_token_pass(model, 256)                  # timed in the same rounds: c is each round's ratio

@@ -41,10 +41,14 @@ def load_prompts(paths: list[str | Path]) -> list[Prompt]:
                 continue
             try:
                 row = json.loads(line)
+                if not isinstance(row, dict):
+                    raise ValueError(f"a JSON {type(row).__name__}, not an object")
                 text = row["prompt"]
                 if not isinstance(text, str) or not text.strip():
                     raise ValueError("'prompt' must be a non-empty string")
                 text.encode("utf-8")          # a "\\ud800" escape: not valid Unicode (UnicodeEncodeError)
+                if not isinstance(row.get("category", "all"), str) or not row.get("category", "all").strip():
+                    raise ValueError("'category' must be a non-empty string")
             except (ValueError, KeyError, TypeError) as e:
                 what = "missing 'prompt' field" if isinstance(e, KeyError) else str(e)
                 raise VerispecError(f"{path}:{n}: malformed prompt line ({what})") from None

@@ -22,7 +22,7 @@ from pathlib import Path
 from .bench import run_bench, select
 from .engine import Engine, GenerationConfig
 from .errors import VerispecError
-from .files import atomic_file
+from .files import MARK, atomic_file, check_new_folder
 from .flags import method_names, parse_temperatures
 from .prompts import Prompt, load_prompts
 from .sampling import SamplingConfig
@@ -119,6 +119,7 @@ def cmd_report(args) -> int:
     temperatures = parse_temperatures(args.temperatures)
     prompts = select(load_prompts(args.prompts), args.limit)
     out = Path(args.out)
+    check_new_folder(out, args.force)     # another report of ours with --force; never a folder of the user's
     made = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -183,5 +184,6 @@ def _report(args, out, ks, methods, temperatures, prompts) -> int:
         json.dump(figures, f, indent=1, default=float)
     with atomic_file(out / "report.md") as f:
         f.write(render(figures, plots))
+    (out / MARK).write_text("a folder verispec wrote: `--force` may replace it\n")
     print(f"report written to {out / 'report.md'} ({len(plots)} plots, figures in report.json)")
     return 0

@@ -128,10 +128,17 @@ def cmd_bench_batch(args) -> int:
     sizes = parse_batch_sizes(args.batch)
     if min(args.repeats, args.max_new_tokens, args.requests) < 1:
         raise VerispecError("--repeats, --requests and --max-new-tokens must be >= 1")
+    if args.method == "plain":
+        raise VerispecError("bench-batch compares a speculative --method with plain decoding: pick one other than plain")
     prompts = round_robin(load_prompts(args.prompts))
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     tok = target.tokenizer
     ids = [tok.prompt_ids(p.prompt) for p in prompts]
+    limit = target.model.cfg.max_position
+    for p, i in zip(prompts, ids):     # before the warm-up (which asks for fewer tokens, and would name its own)
+        if len(i) + args.max_new_tokens > limit:
+            raise VerispecError(f"prompt {p.id} ({len(i)} tokens) plus max-new-tokens ({args.max_new_tokens}) "
+                                f"exceeds the model's context of {limit} tokens")
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, sampling=SamplingConfig(0.0),
                            stop_token_ids=tok.stop_token_ids)
     warm = GenerationConfig(max_new_tokens=4, k=args.k)

@@ -98,9 +98,14 @@ def cmd_distill_data(args) -> int:
     tok = target.tokenizer
     todo = [i for i in wanted if not (out / shard_name(i)).exists()]
     for path in sorted(out.glob(SHARDS)):      # finished shards are written atomically: anything else is not one
-        with open(path, "rb") as f:
-            if f.read(4) != b"PK\x03\x04":         # (torch.save's zip archive)
-                raise VerispecError(f"{path} is not a shard distill-data wrote: delete it, and this run redoes it")
+        try:                                   # (a truncated or overwritten one too: read each back)
+            with open(path, "rb") as f:
+                if f.read(4) != b"PK\x03\x04":     # (torch.save's zip archive)
+                    raise ValueError
+            if not isinstance(torch.load(path, weights_only=True).get("answers"), list):
+                raise ValueError
+        except Exception:
+            raise VerispecError(f"{path} is not a shard distill-data wrote: delete it, and this run redoes it") from None
     total = sum(len(batches[i]) for i in wanted)
     bar = tqdm(total=total, initial=total - sum(len(batches[i]) for i in todo), unit="prompt",
                desc="distill-data", file=sys.stderr)

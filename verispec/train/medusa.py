@@ -110,4 +110,4 @@ def train_steps(heads: MedusaHeads, opt, feats, ids, probs, start: int, stop: in
         loss = kl_loss(heads(feats[rows].float()), ids[rows], probs[rows])
         descend(heads, opt, loss)
         if on_step is not None:
-            on_step(step, float(loss), time.perf_counter() - t0)
+            on_step(step, float(loss.detach()), time.perf_counter() - t0)

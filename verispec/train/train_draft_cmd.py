@@ -15,8 +15,8 @@ from ..files import atomic_dir, check_new_folder
 from ..model import loader
 from .data import frequent_tokens, load_examples, row_index, split_held_out
 from .progress import StepBar
-from .workdir import (load_checkpoint, replaces_own, resume, save_checkpoint, source_settings, train_in_rounds,
-                      work_folder)
+from .workdir import (check_made_by, load_checkpoint, replaces_own, resume, save_checkpoint, source_settings,
+                      train_in_rounds, work_folder)
 from .draft import LOSSES, DraftShape, TrainConfig, evaluate, init_draft, make_optimizer, train_steps
 
 
@@ -63,6 +63,7 @@ def cmd_train_draft(args) -> int:
     if args.steps < 1 or (not args.from_target and (args.hidden % args.heads or args.heads % args.kv_heads)):
         raise VerispecError("need --steps >= 1, --hidden divisible by --heads, --heads by --kv-heads")
     check_new_folder(args.out, replaces_own(args))
+    check_made_by(args.data, args.model)
     examples = load_examples(args.data, args.max_tokens)
     train, held = split_held_out(examples, args.eval_examples, args.data)
     target, tok, target_dir = loader.load(args.model, "fp32", "cpu")

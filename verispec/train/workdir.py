@@ -19,12 +19,41 @@ def start_run(args):
     from ..model import loader
     from .data import load_examples, split_held_out
     check_new_folder(args.out, replaces_own(args))
+    check_made_by(args.data, args.model)
     examples = load_examples(args.data, args.max_tokens)
     train, held = split_held_out(examples, args.eval_examples, args.data, args.max_answers)
     target, tok, _ = loader.load(args.model, args.dtype, "cpu")
     work = work_folder(args.out)
     work.mkdir(parents=True, exist_ok=True)
     return train, held, target, tok, work
+
+
+def model_id(model: str | None) -> tuple[str, str] | None:
+    """What a --model value names, as far as the value tells: ("name", a catalog name; None and "default" are the
+    default model's) or ("path", resolved), or None for a path that is not there (as another folder may spell it)."""
+    from ..model import catalog
+    if model in (None, "default"):
+        return "name", catalog.DEFAULT
+    if catalog.entry(model) is not None:
+        return "name", model.lower()
+    return ("path", str(Path(model).resolve())) if Path(model).exists() else None
+
+
+def check_made_by(data: str, model: str | None) -> None:
+    """Refuse to train for another model than the one whose answers `data` holds (its distill-data manifest):
+    another model's token ids mean other tokens, and the heads would come out garbage. Where a name and a path
+    are compared, or a path is gone, nothing can be told and nothing is refused."""
+    import json
+    try:
+        made_by = json.loads((Path(data) / "manifest.json").read_text()).get("model")
+    except (OSError, ValueError, AttributeError):
+        return                     # no manifest (or a damaged one): `load_examples` reads the shards alone
+    if not isinstance(made_by, str):
+        return
+    made, wanted = model_id(made_by), model_id(model)
+    if made and wanted and made[0] == wanted[0] and made != wanted:
+        raise VerispecError(f"{data} holds answers of {made_by}, not of {model or 'the default model'}: train with "
+                            f"--model {made_by}, or make data with this model (verispec distill-data --model ...)")
 
 
 def work_folder(out: str) -> Path:
@@ -64,7 +93,13 @@ def data_settings(args) -> dict:
 def load_checkpoint(path: Path, settings: dict) -> dict | None:
     if not path.exists():
         return None
-    ckpt = torch.load(path, weights_only=False)
+    try:
+        ckpt = torch.load(path, weights_only=False)
+        if not isinstance(ckpt, dict) or "settings" not in ckpt:
+            raise ValueError("no run's settings in it")
+    except Exception as e:         # (a damaged file: torch raises many kinds)
+        raise VerispecError(f"cannot read {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}; "
+                            f"delete {path.parent} to start afresh") from None
     if ckpt.get("settings") != settings:
         raise VerispecError(f"{path} was made with other flags; use them again or delete {path.parent}")
     return ckpt
