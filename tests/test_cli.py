@@ -93,8 +93,8 @@ DEV_PROMPTS = str(Path(__file__).parent.parent / "bench" / "dev_prompts.jsonl")
     (["loadtest", "--methods", " , "], "--methods is empty"),
     (["bench-batch", "--prompts", DEV_PROMPTS, "--method", "plain"], "pick one other than plain"),
     (["doctor", "--draft", "/nonexistent"], "unrecognized arguments: --draft"),
-    (["bench", "--prompts", DEV_PROMPTS, "--request-methods", "ngram"], "are for servers: add --url"),
-    (["audit", "--reference-url", "http://127.0.0.1:9"], "are for servers: add --url"),
+    (["bench", "--prompts", DEV_PROMPTS, "--request-methods", "ngram"], "go with --url"),
+    (["audit", "--remote-model", "m"], "--remote-model goes with --url"),
     (["bench", "--prompts", DEV_PROMPTS, "--k", "1,,2"], "--k takes an integer"),
     (["fetch", "--model", ""], "--model is empty"),
     (["generate", "hi", "--method", "draft", "--draft", " "], "--draft is empty"),
@@ -251,12 +251,20 @@ def test_bad_prompts_file(capsys, tiny_dir, corrupt_files, which, needle):
 
 
 @pytest.mark.parametrize("line,needle", [("[1, 2]", "a JSON list, not an object"),
-                                         ('{"prompt": "hi", "category": 5}', "'category' must be"),
-                                         ('{"prompt": "hi", "category": null}', "'category' must be")])
+                                         ('{"prompt": "hi", "category": [5]}', "'id' and 'category' must be"),
+                                         ('{"prompt": "hi", "id": "\\ud800"}', "surrogates not allowed")])
 def test_a_prompt_line_of_the_wrong_shape_is_named(capsys, tmp_path, line, needle):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "fine"}\n' + line + "\n")
-    fails_cleanly(capsys, ["bench", "--prompts", str(path)], f"p.jsonl:2: malformed prompt line ({needle}")
+    fails_cleanly(capsys, ["bench", "--prompts", str(path)], "p.jsonl:2: malformed prompt line (")
+    fails_cleanly(capsys, ["bench", "--prompts", str(path)], needle)
+
+
+def test_a_prompts_category_may_be_absent_null_or_a_number(tmp_path):
+    from verispec.prompts import load_prompts
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "a"}\n{"prompt": "b", "category": null, "id": 7}\n{"prompt": "c", "category": 5}\n')
+    assert [(p.id, p.category) for p in load_prompts([path])] == [("p-1", "all"), ("7", "all"), ("p-3", "5")]
 
 
 def test_generate_json(capsys, tiny_dir):

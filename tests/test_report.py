@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -42,12 +43,15 @@ def test_report_end_to_end(tmp_path, tiny_dir, capsys):
     mine.mkdir()
     (mine / "report.md").write_text("my notes")
     for folder, force, needle in ((out, [], "pass --force"), (mine, [], "pass --force"),
-                                  (mine, ["--force"], "holds no .verispec")):
+                                  (mine, ["--force"], "holds no report verispec wrote")):
         assert main(["report", "--prompts", str(prompts), "--model", str(tiny_dir), "--methods", "ngram",
                      "--out", str(folder), *force]) == 2
         err = capsys.readouterr().err
         assert needle in err and err.count("\n") == 1
-    assert (mine / "report.md").read_text() == "my notes" and (out / ".verispec").is_file()
+    assert (mine / "report.md").read_text() == "my notes"
+    from verispec.report import check_report_folder
+    check_report_folder(out, True)          # an earlier report, this one or the shipped bench/report: replaceable
+    check_report_folder(Path(__file__).parent.parent / "bench" / "report", True)
 
 
 def test_report_rejects_bad_flags(capsys, tiny_dir, tmp_path):
@@ -261,9 +265,13 @@ def test_a_damaged_cost_cache_is_measured_again_and_a_bad_profile_gets_one_line(
     path = tmp_path / "p.json"
     path.write_text(json.dumps(good))
     assert CostProfile.load(path).alpha == {"ngram": 0.5}
+    path.write_text(json.dumps({**good, "batch_curve": {"4": {"1": 1.0, "2": 1.5}}, "batch_scale": {"4": 1.2}}))
+    assert CostProfile.load(path).batch_costs("ngram", 4)[1] == {1: 1.0, 2: 1.5}    # as cost-curve --batch writes
     for field, value in (("curve", {}), ("draft_cost", {"ngram": "x"}), ("alpha", {"ngram": "x"}),
                          ("alpha", {"ngram": 5.0}), ("alpha", [1]), ("draft_cost", None), ("curve", {"0": 1.0}),
-                         ("curve", {"1": -1.0}), ("tree_curve", {"4": True}), ("meta", [])):
+                         ("curve", {"1": -1.0}), ("tree_curve", {"4": True}), ("meta", []), ("curve", {"2": 1.1}),
+                         ("curve", {"1": float("inf")}), ("curve", {"1.0": 1.0}), ("measured", "false"),
+                         ("batch_curve", {"4": {"1": 1.0, "2": 1.5}}), ("batch_scale", {"4": 0})):
         path.write_text(json.dumps({**good, field: value}))
         with pytest.raises(VerispecError, match="cannot read profile"):
             CostProfile.load(path)

@@ -255,7 +255,7 @@ def test_training_refuses_another_models_data_and_a_damaged_checkpoint_in_one_li
     flags = ["train-draft", "--data", str(data), "--out", str(tmp_path / "d"), "--layers", "1", "--hidden", "16",
              "--heads", "2", "--kv-heads", "1", "--intermediate", "32", "--head-tokens", "512", "--steps", "2",
              "--eval-every", "2", "--tokens-per-batch", "256"]
-    for made_by, model in (("qwen2.5-coder-0.5b", []), (str(tmp_path), ["--model", str(tiny_dir)])):
+    for made_by, model in (("qwen2.5-coder-0.5b", []), ("default", ["--model", "Qwen2.5-Coder-0.5B"])):
         (data / "manifest.json").write_text(json.dumps({**manifest, "model": made_by}))
         assert main(flags + model) == 2
         err = capsys.readouterr().err
@@ -264,10 +264,19 @@ def test_training_refuses_another_models_data_and_a_damaged_checkpoint_in_one_li
     (data / "manifest.json").write_text(json.dumps(manifest))
     assert main(flags + ["--model", str(tiny_dir)]) == 0
     capsys.readouterr()
-    (tmp_path / "d.work" / "checkpoint.pt").write_text("garbage")
-    assert main(flags + ["--model", str(tiny_dir), "--steps", "4"]) == 2
+    import torch
+    for damaged in ("garbage", {"settings": {}}):      # bytes of no checkpoint; a pickle of something else
+        if isinstance(damaged, str):
+            (tmp_path / "d.work" / "checkpoint.pt").write_text(damaged)
+        else:
+            torch.save(damaged, tmp_path / "d.work" / "checkpoint.pt")
+        assert main(flags + ["--model", str(tiny_dir), "--steps", "4"]) == 2
+        err = capsys.readouterr().err
+        assert "cannot read" in err and "checkpoint.pt" in err and "start afresh" in err and err.count("\n") == 1
+    torch.save({"x": 1}, data / "shard-00000.pt")         # a shard of another shape: named, not a KeyError
+    assert main(flags + ["--model", str(tiny_dir), "--out", str(tmp_path / "e")]) == 2
     err = capsys.readouterr().err
-    assert "cannot read" in err and "checkpoint.pt" in err and "start afresh" in err and err.count("\n") == 1
+    assert "shard-00000.pt" in err and "not a shard distill-data wrote" in err and err.count("\n") == 1
 
 
 def test_draft_from_target_layers_borrows_and_freezes_the_embedding(tmp_path, tiny_dir):

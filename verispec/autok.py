@@ -35,23 +35,29 @@ def table(raw, what: str, key=int, most: float = float("inf"), value=float) -> d
         raise ValueError(f"{what} is not an object")
     out = {}
     for k, v in raw.items():
-        k = key(k)
+        try:
+            k = key(k)
+        except ValueError:
+            raise ValueError(f"{what} has key {k!r}, not {'an integer' if key is int else 'text'}") from None
         if key is int and k < 1:
             raise ValueError(f"{what} has key {k}, not >= 1")
         if value is float:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= most:
-                raise ValueError(f"{what}[{k}] = {v!r} is not a number in [0, {most}]")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= most or v == float("inf"):
+                raise ValueError(f"{what}[{k}] = {v!r} is not a finite number in [0, {most}]")
         out[k] = value(v)
     return out
 
 
-def cost_table(raw, what: str, empty: bool = False) -> dict[int, float]:
-    """A cost curve read from JSON: T(n)/T(1) per n >= 1, each a positive finite number (and some, unless `empty`)."""
+def cost_table(raw, what: str, empty: bool = False, from_one: bool = False) -> dict[int, float]:
+    """A cost curve read from JSON: T(n)/T(1) per n >= 1, each a positive finite number (and some, unless `empty`;
+    with `from_one`, n = 1 among them: a chain's curve)."""
     out = table(raw, what)
     if not out and not empty:
         raise ValueError(f"{what} is empty")
     if 0 in out.values():
         raise ValueError(f"{what} holds a cost of 0")
+    if from_one and 1 not in out:
+        raise ValueError(f"{what} has no cost for 1 token (T(1)/T(1) = 1)")
     return out
 
 
@@ -113,14 +119,17 @@ class CostProfile:
             meta = d.get("meta", {})
             if not isinstance(meta, dict):
                 raise ValueError("meta is not an object")
-            batch = d.get("batch_curve", {})
-            return cls(cost_table(d["curve"], "curve"), table(d["draft_cost"], "draft_cost", str),
-                       table(d["alpha"], "alpha", str, 1.0), bool(d.get("measured", True)), meta,
-                       cost_table(d.get("tree_curve", {}), "tree_curve", empty=True),
-                       {b: cost_table(row, f"batch_curve[{b}]") for b, row in
-                        table(batch, "batch_curve", int, value=lambda row: row).items()},
-                       table(d.get("batch_scale", {}), "batch_scale", int))
-        except (OSError, ValueError, KeyError, TypeError) as e:
+            batch = {b: cost_table(row, f"batch_curve[{b}]", from_one=True) for b, row in
+                     table(d.get("batch_curve", {}), "batch_curve", int, value=lambda row: row).items()}
+            scale = cost_table(d.get("batch_scale", {}), "batch_scale", empty=True)
+            if set(batch) != set(scale):
+                raise ValueError("batch_curve and batch_scale measure other batch sizes")
+            if not isinstance(d.get("measured", True), bool):
+                raise ValueError("measured is not true or false")
+            return cls(cost_table(d["curve"], "curve", from_one=True), table(d["draft_cost"], "draft_cost", str),
+                       table(d["alpha"], "alpha", str, 1.0), d.get("measured", True), meta,
+                       cost_table(d.get("tree_curve", {}), "tree_curve", empty=True), batch, scale)
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             raise VerispecError(f"cannot read profile {path}: {e}") from None
 
     def save(self, path: str | Path) -> None:

@@ -146,12 +146,9 @@ def environment(args, target: Target | None = None) -> dict:
 def parse_ks(text: str) -> list[int | str]:
     from .flags import parse_k
     items = str(text).split(",")
-    if not text or any(not k.strip() for k in items):
+    if any(not k.strip() for k in items):
         raise VerispecError(f"--k takes an integer, 'auto' or a comma-separated list, got {text!r}")
-    ks = [parse_k(k) for k in items]
-    if not ks:
-        raise VerispecError(f"--k takes an integer, 'auto' or a comma-separated list, got {text!r}")
-    return ks
+    return [parse_k(k) for k in items]
 
 
 def cmd_bench(args) -> int:

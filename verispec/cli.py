@@ -308,12 +308,12 @@ def main(argv: list[str] | None = None) -> int:
             return (cmd_bench_remote if args.command == "bench" else cmd_audit_remote)(args)
         if args.command == "bench":
             if args.request_methods or args.remote_model:
-                raise VerispecError("--request-methods and --remote-model are for servers: add --url")
+                raise VerispecError("--request-methods and --remote-model go with --url (the server to benchmark)")
             from .bench import cmd_bench
             return cmd_bench(args)
         if args.command == "audit":
-            if args.reference_url or args.remote_model:
-                raise VerispecError("--reference-url and --remote-model are for servers: add --url")
+            if args.remote_model:
+                raise VerispecError("--remote-model goes with --url (the endpoint to audit)")
             from .audit import cmd_audit
             return cmd_audit(args)
         if args.command == "demo":

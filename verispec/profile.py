@@ -167,8 +167,9 @@ def machine_costs(model, base: CostProfile, name: str, dtype: str) -> CostProfil
     path = home() / "profiles" / f"verify-{key}.json"     # (costs-*.json: trees timed apart from chains)
     try:
         raw = json.loads(path.read_text())
-        measured = {part: cost_table(raw[part], part) for part in ("curve", "tree_curve")}
-    except (OSError, ValueError, KeyError, TypeError):      # none yet, or a damaged one: measured again
+        measured = {"curve": cost_table(raw["curve"], "curve", from_one=True),
+                    "tree_curve": cost_table(raw["tree_curve"], "tree_curve")}
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):   # none yet, or damaged: measured again
         print("verispec: measuring this machine's verify costs for --k auto (once, a few seconds) ...", file=sys.stderr)
         # 15 rounds: on an AVX2-only VM, 7 gave a 4-node tree 1.68-2.45 passes within two hours (session 50)
         attempts = []
@@ -222,7 +223,7 @@ def machine_draft_cost(target, proposer, base: CostProfile, draft: str) -> CostP
     path = home() / "profiles" / f"draft-{key}.json"
     try:
         c = float(table({1: json.loads(path.read_text())["draft"]}, "draft")[1])
-    except (OSError, ValueError, KeyError, TypeError):      # none yet, or a damaged one: measured again
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):   # none yet, or damaged: measured again
         print("verispec: measuring this machine's draft cost for --k auto (once, a few seconds) ...", file=sys.stderr)
         context = torch.randint(0, model.cfg.vocab_size, (256,), generator=torch.Generator().manual_seed(0)).tolist()
         step = one_token_pass(model, 256)                  # timed in the same rounds: c is each round's ratio

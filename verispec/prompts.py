@@ -47,12 +47,16 @@ def load_prompts(paths: list[str | Path]) -> list[Prompt]:
                 if not isinstance(text, str) or not text.strip():
                     raise ValueError("'prompt' must be a non-empty string")
                 text.encode("utf-8")          # a "\\ud800" escape: not valid Unicode (UnicodeEncodeError)
-                if not isinstance(row.get("category", "all"), str) or not row.get("category", "all").strip():
-                    raise ValueError("'category' must be a non-empty string")
+                pid, category = row.get("id"), row.get("category")
+                if isinstance(category, (list, dict)) or isinstance(pid, (list, dict)):
+                    raise ValueError("'id' and 'category' must be text or numbers")
+                pid = f"{path.stem}-{n}" if pid is None else str(pid)
+                category = "all" if category is None or not str(category).strip() else str(category)
+                (pid + category).encode("utf-8")    # (as for the prompt: a lone surrogate is refused here)
             except (ValueError, KeyError, TypeError) as e:
                 what = "missing 'prompt' field" if isinstance(e, KeyError) else str(e)
                 raise VerispecError(f"{path}:{n}: malformed prompt line ({what})") from None
-            prompts.append(Prompt(str(row.get("id", f"{path.stem}-{n}")), str(row.get("category", "all")), text))
+            prompts.append(Prompt(pid, category, text))
     if not prompts:
         raise VerispecError(f"no prompts in {', '.join(map(str, paths))}")
     return prompts

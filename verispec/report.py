@@ -22,7 +22,7 @@ from pathlib import Path
 from .bench import run_bench, select
 from .engine import Engine, GenerationConfig
 from .errors import VerispecError
-from .files import MARK, atomic_file, check_new_folder
+from .files import atomic_file
 from .flags import method_names, parse_temperatures
 from .prompts import Prompt, load_prompts
 from .sampling import SamplingConfig
@@ -110,6 +110,24 @@ def adversarial(target, make, methods, n, cfg, chat) -> list[dict]:
     return [r for r in results if r["category"] == "all"]
 
 
+def check_report_folder(out: Path, force: bool) -> None:
+    """Refuse, before any work, an --out that would replace what a user made: a file, or a folder that is not
+    empty, unless it holds an earlier report (its report.json names the command that wrote it) and `force`."""
+    if out.exists() and not out.is_dir():
+        raise VerispecError(f"{out} is a file: name a folder to write the report in")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not force:
+        raise VerispecError(f"{out} exists: pass --force to replace the report there, or name another folder")
+    try:
+        command = json.loads((out / "report.json").read_text())["meta"]["command"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        command = None
+    if not isinstance(command, str) or not command.startswith("verispec report"):
+        raise VerispecError(f"{out} holds no report verispec wrote (report.json): --force replaces only a report "
+                            "(delete the folder yourself to reuse the name)")
+
+
 def cmd_report(args) -> int:
     from .bench import parse_ks
     methods = method_names(args.methods, speculative=True)
@@ -119,7 +137,7 @@ def cmd_report(args) -> int:
     temperatures = parse_temperatures(args.temperatures)
     prompts = select(load_prompts(args.prompts), args.limit)
     out = Path(args.out)
-    check_new_folder(out, args.force)     # another report of ours with --force; never a folder of the user's
+    check_report_folder(out, args.force)
     made = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -184,6 +202,5 @@ def _report(args, out, ks, methods, temperatures, prompts) -> int:
         json.dump(figures, f, indent=1, default=float)
     with atomic_file(out / "report.md") as f:
         f.write(render(figures, plots))
-    (out / MARK).write_text("a folder verispec wrote: `--force` may replace it\n")
     print(f"report written to {out / 'report.md'} ({len(plots)} plots, figures in report.json)")
     return 0

@@ -65,16 +65,17 @@ def load_examples(folder: str | Path, max_tokens: int = 320) -> list[Example]:
     for shard in shards:
         try:
             d = torch.load(shard, weights_only=True)
-        except Exception as e:
-            raise VerispecError(f"cannot read {shard}: {e}") from None
-        for i, answer in enumerate(d["answers"]):
-            if len(answer) < 2:
-                continue
-            answer = answer[:max_tokens - 8]
-            prompt = d["prompts"][i][-(max_tokens - len(answer)):]
-            out.append(Example(d["ids"][i], d["categories"][i], torch.tensor(prompt + answer), len(prompt),
-                               d["topk_ids"][i][:len(answer)].long(), d["topk_probs"][i][:len(answer)].float(),
-                               shard.name))
+            for i, answer in enumerate(d["answers"]):
+                if len(answer) < 2:
+                    continue
+                answer = answer[:max_tokens - 8]
+                prompt = d["prompts"][i][-(max_tokens - len(answer)):]
+                out.append(Example(d["ids"][i], d["categories"][i], torch.tensor(prompt + answer), len(prompt),
+                                   d["topk_ids"][i][:len(answer)].long(), d["topk_probs"][i][:len(answer)].float(),
+                                   shard.name))
+        except Exception as e:         # a damaged file, or one of another shape: torch and indexing raise many kinds
+            raise VerispecError(f"cannot read {shard}: {type(e).__name__} {e}; not a shard distill-data "
+                                "wrote") from None
     return out
 
 

@@ -29,6 +29,20 @@ def _key(text: str) -> int:
     return int(hashlib.sha256(text.encode()).hexdigest()[:12], 16)
 
 
+def is_archive(path: Path) -> bool:
+    """Whether `path` is a whole zip archive, as torch.save writes: one cut short, or of other bytes, is not. Only
+    its head and its directory at the end are read, whatever its size."""
+    import zipfile
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"PK\x03\x04":
+                return False
+        with zipfile.ZipFile(path) as z:
+            return bool(z.namelist())
+    except (OSError, zipfile.BadZipFile, ValueError):
+        return False
+
+
 def _digest(paths: list[str]) -> str:
     h = hashlib.sha256()
     for path in paths:                                   # (load_prompts read them already: they are readable)
@@ -79,12 +93,17 @@ def cmd_distill_data(args) -> int:
     if (out / "manifest.json").exists():
         try:
             old = json.loads((out / "manifest.json").read_text())
-        except (OSError, ValueError) as e:
+            if not isinstance(old, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError, RecursionError) as e:
             raise VerispecError(f"cannot read {out / 'manifest.json'}: {e}; delete {out} to start afresh") from None
         if old != manifest:
             diff = sorted(k for k in manifest if old.get(k) != manifest[k])
             raise VerispecError(f"{out} holds data made with other parameters ({', '.join(diff)}); "
                                 "use the same parameters to resume, or another --out")
+    for path in sorted(out.glob(SHARDS)):      # finished shards are written atomically: anything else is not one
+        if not is_archive(path):
+            raise VerispecError(f"{path} is not a shard distill-data wrote: delete it, and this run redoes it")
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     if args.max_prompt_tokens + args.max_new_tokens > target.model.cfg.max_position:
         raise VerispecError(f"--max-prompt-tokens plus --max-new-tokens ({args.max_prompt_tokens} + "
@@ -97,15 +116,6 @@ def cmd_distill_data(args) -> int:
             json.dump(manifest, f, indent=1)
     tok = target.tokenizer
     todo = [i for i in wanted if not (out / shard_name(i)).exists()]
-    for path in sorted(out.glob(SHARDS)):      # finished shards are written atomically: anything else is not one
-        try:                                   # (a truncated or overwritten one too: read each back)
-            with open(path, "rb") as f:
-                if f.read(4) != b"PK\x03\x04":     # (torch.save's zip archive)
-                    raise ValueError
-            if not isinstance(torch.load(path, weights_only=True).get("answers"), list):
-                raise ValueError
-        except Exception:
-            raise VerispecError(f"{path} is not a shard distill-data wrote: delete it, and this run redoes it") from None
     total = sum(len(batches[i]) for i in wanted)
     bar = tqdm(total=total, initial=total - sum(len(batches[i]) for i in todo), unit="prompt",
                desc="distill-data", file=sys.stderr)

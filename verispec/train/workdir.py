@@ -28,30 +28,26 @@ def start_run(args):
     return train, held, target, tok, work
 
 
-def model_id(model: str | None) -> tuple[str, str] | None:
-    """What a --model value names, as far as the value tells: ("name", a catalog name; None and "default" are the
-    default model's) or ("path", resolved), or None for a path that is not there (as another folder may spell it)."""
+def model_name(model) -> str | None:
+    """The catalog name a --model value gives (None and "default": the default model's), or None for a path or a
+    .gguf file, which this cannot tell apart from another spelling of the same model."""
     from ..model import catalog
     if model in (None, "default"):
-        return "name", catalog.DEFAULT
-    if catalog.entry(model) is not None:
-        return "name", model.lower()
-    return ("path", str(Path(model).resolve())) if Path(model).exists() else None
+        return catalog.DEFAULT
+    return model.lower() if isinstance(model, str) and catalog.entry(model) is not None else None
 
 
 def check_made_by(data: str, model: str | None) -> None:
-    """Refuse to train for another model than the one whose answers `data` holds (its distill-data manifest):
-    another model's token ids mean other tokens, and the heads would come out garbage. Where a name and a path
-    are compared, or a path is gone, nothing can be told and nothing is refused."""
+    """Refuse to train for another named model than the one whose answers `data` holds (its distill-data manifest):
+    another model's token ids mean other tokens, and the heads would come out garbage. Only names are compared; a
+    path may be relative to another folder, or another copy or conversion of the same model, so it is let through."""
     import json
     try:
         made_by = json.loads((Path(data) / "manifest.json").read_text()).get("model")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return                     # no manifest (or a damaged one): `load_examples` reads the shards alone
-    if not isinstance(made_by, str):
-        return
-    made, wanted = model_id(made_by), model_id(model)
-    if made and wanted and made[0] == wanted[0] and made != wanted:
+    made, wanted = model_name(made_by), model_name(model)
+    if made and wanted and made != wanted:
         raise VerispecError(f"{data} holds answers of {made_by}, not of {model or 'the default model'}: train with "
                             f"--model {made_by}, or make data with this model (verispec distill-data --model ...)")
 
@@ -95,11 +91,11 @@ def load_checkpoint(path: Path, settings: dict) -> dict | None:
         return None
     try:
         ckpt = torch.load(path, weights_only=False)
-        if not isinstance(ckpt, dict) or "settings" not in ckpt:
-            raise ValueError("no run's settings in it")
+        if not isinstance(ckpt, dict) or not {"settings", "step", "wall_s", "history", "optimizer"} <= set(ckpt):
+            raise ValueError("not a checkpoint a training run wrote")
     except Exception as e:         # (a damaged file: torch raises many kinds)
-        raise VerispecError(f"cannot read {path}: {str(e).splitlines()[0] if str(e) else type(e).__name__}; "
-                            f"delete {path.parent} to start afresh") from None
+        raise VerispecError(f"cannot read {path}: {e or type(e).__name__}; delete {path.parent} to start "
+                            "afresh") from None
     if ckpt.get("settings") != settings:
         raise VerispecError(f"{path} was made with other flags; use them again or delete {path.parent}")
     return ckpt
@@ -115,8 +111,12 @@ def resume(ckpt: dict | None, model: torch.nn.Module, opt, key: str) -> tuple[in
     history), all zero / empty for a fresh run."""
     if ckpt is None:
         return 0, 0.0, []
-    model.load_state_dict(ckpt[key])
-    opt.load_state_dict(ckpt["optimizer"])
+    try:
+        model.load_state_dict(ckpt[key])
+        opt.load_state_dict(ckpt["optimizer"])
+    except (KeyError, RuntimeError, ValueError, TypeError) as e:
+        raise VerispecError(f"the run's checkpoint does not fit it ({type(e).__name__} {e}); delete the run's "
+                            ".work folder to start afresh") from None
     return ckpt["step"], ckpt["wall_s"], ckpt["history"]
 
 
