@@ -97,6 +97,8 @@ DEV_PROMPTS = str(Path(__file__).parent.parent / "bench" / "dev_prompts.jsonl")
     (["audit", "--remote-model", "m"], "--remote-model goes with --url"),
     (["bench", "--prompts", DEV_PROMPTS, "--k", "1,,2"], "--k takes an integer"),
     (["fetch", "--model", ""], "--model is empty"),
+    (["generate", "hi", "--method", "plain", "--draft-weights", "q4"], "--draft-weights is for --method draft"),
+    (["bench", "--prompts", DEV_PROMPTS, "--json", "/proc/verispec.json"], "cannot write /proc/verispec.json"),
     (["generate", "hi", "--method", "draft", "--draft", " "], "--draft is empty"),
     (["bench-batch", "--prompts", DEV_PROMPTS, "--batch", "1,,2"], "--batch takes batch sizes"),
 ])

@@ -84,6 +84,12 @@ def check_new_file(dest) -> None:
         raise VerispecError(f"cannot write {dest}: {parent} is a file")
     if not os.access(parent, os.W_OK | os.X_OK):   # (the file itself is replaced by a rename: the folder's say)
         raise VerispecError(f"cannot write {dest}: permission denied")
+    try:                                           # (root passes os.access where files cannot be made: /sys, a
+        fd, probe = tempfile.mkstemp(prefix=".verispec-probe-", dir=parent)     # read-only mount)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise VerispecError(f"cannot write {dest}: {e.strerror or e}") from None
 
 
 @contextlib.contextmanager
