@@ -481,6 +481,16 @@ def test_init_fine_tunes_a_trained_head(tmp_path, tiny_dir, tiny_distill_dir, ti
     assert f"rows of the {len(ids[1])} most frequent answer tokens of the initial head's data" in card
 
 
+def test_a_bad_init_leaves_no_work_folder(capsys, tmp_path, tiny_dir, tiny_distill_dir):
+    """A run that fails before its work folder holds anything leaves no empty OUT.work behind (found by fuzzing)."""
+    (tmp_path / "empty").mkdir()
+    assert main(["train-eagle", "--data", str(tiny_distill_dir), "--model", str(tiny_dir), "--dtype", "fp32",
+                 "--steps", "2", "--out", str(tmp_path / "h"), "--init", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("verispec: error:") and err.count("\n") == 1
+    assert not (tmp_path / "h").exists() and not (tmp_path / "h.work").exists()
+
+
 def test_eagle1_layout_trains_and_drafts_exactly(tmp_path, tiny_dir, tiny_distill_dir):
     """--layout eagle1 (no input norm, no final norm: what vLLM's and SGLang's EAGLE run) trains, loads and drafts
     (op by op: the one-call layer kernel needs the input norm) with greedy output equal to plain decoding."""

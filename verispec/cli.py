@@ -334,15 +334,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "distill-data":
             from .train.distill_data import cmd_distill_data
             return cmd_distill_data(args)
-        if args.command == "train-draft":
-            from .train.train_draft_cmd import cmd_train_draft
-            return cmd_train_draft(args)
-        if args.command == "train-medusa":
-            from .train.train_medusa_cmd import cmd_train_medusa
-            return cmd_train_medusa(args)
-        if args.command == "train-eagle":
-            from .train.train_eagle_cmd import cmd_train_eagle
-            return cmd_train_eagle(args)
+        if args.command in ("train-draft", "train-medusa", "train-eagle"):
+            from .train.workdir import leaves_no_empty_work_folder
+            with leaves_no_empty_work_folder(args.out):
+                if args.command == "train-draft":
+                    from .train.train_draft_cmd import cmd_train_draft
+                    return cmd_train_draft(args)
+                if args.command == "train-medusa":
+                    from .train.train_medusa_cmd import cmd_train_medusa
+                    return cmd_train_medusa(args)
+                from .train.train_eagle_cmd import cmd_train_eagle
+                return cmd_train_eagle(args)
         if args.command == "serve":
             from .serve.commands import cmd_serve
             return cmd_serve(args)

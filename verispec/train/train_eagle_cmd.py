@@ -104,19 +104,19 @@ def cmd_train_eagle(args) -> int:
         settings["feature_layers"], settings["feature_final"] = list(taps), final
     ckpt_path = work / "checkpoint.pt"
     ckpt = load_checkpoint(ckpt_path, settings)                      # (refused before any features)
-    folder = store_folder(args.data, work, target_settings(args.model, args.dtype, taps))
-    train_f, held_f = stored_features(target, [train, held], folder, taps, "target features")
-    groups = length_groups(train_f, args.group_lengths) if args.group_lengths else None
-    train_t, held_t = [e.tokens for e in train], [e.tokens for e in held]
-    if args.init:                                                    # fine-tune a trained head (fp32)
-        head = initial_head(args.init, target)
+    if args.init:                                                    # fine-tune a trained head (fp32), checked
+        head = initial_head(args.init, target)                       # before any features
         if head.layout != args.layout:
             raise VerispecError(f"--init {args.init} is a {head.layout}-layout head, not --layout {args.layout}")
         if args.intermediate and args.intermediate != head.cfg.intermediate_size:
             raise VerispecError(f"--init {args.init} has SwiGLU width {head.cfg.intermediate_size}, not "
                                 f"--intermediate {args.intermediate}")
         head_ids = head.head_ids
-    else:
+    folder = store_folder(args.data, work, target_settings(args.model, args.dtype, taps))
+    train_f, held_f = stored_features(target, [train, held], folder, taps, "target features")
+    groups = length_groups(train_f, args.group_lengths) if args.group_lengths else None
+    train_t, held_t = [e.tokens for e in train], [e.tokens for e in held]
+    if not args.init:
         head_ids = ckpt["head_ids"] if ckpt else frequent_tokens(train, args.head_tokens, set(tok.stop_token_ids))
         torch.manual_seed(args.seed)
         head = EagleHead(target.cfg, head_ids, taps, final, args.layout, args.intermediate)

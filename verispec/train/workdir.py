@@ -1,6 +1,7 @@
 """A training run's work folder: cached inputs and checkpoints, each tied to the flags that made it."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -50,6 +51,20 @@ def check_made_by(data: str, model: str | None) -> None:
     if made and wanted and made != wanted:
         raise VerispecError(f"{data} holds answers of {made_by}, not of {model or 'the default model'}: train with "
                             f"--model {made_by}, or make data with this model (verispec distill-data --model ...)")
+
+
+@contextlib.contextmanager
+def leaves_no_empty_work_folder(out: str):
+    """A training command's run: one that fails before its work folder holds anything (a bad --init, say) leaves
+    no empty OUT.work of its own behind; one that wrote a checkpoint keeps it, to resume from."""
+    work = work_folder(out)
+    existed = work.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed and work.is_dir() and not any(work.iterdir()):
+            work.rmdir()
+        raise
 
 
 def work_folder(out: str) -> Path:
