@@ -28,6 +28,13 @@ CHAIN_OF = {"draft-tree": "draft"}   # a tree method drafted by a chain method's
 MARGIN = 0.10
 
 
+def number(v, what: str, most: float = float("inf")) -> float:
+    """A profile's value read from JSON: a finite number in [0, most]; ValueError naming `what` otherwise."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= most or v == float("inf"):
+        raise ValueError(f"{what} = {v!r} is not a finite number in [0, {most}]")
+    return float(v)
+
+
 def table(raw, what: str, key=int, most: float = float("inf"), value=float) -> dict:
     """A profile's table read from JSON: an object whose keys are `key`s (ints: at least 1) and whose values are
     finite numbers in [0, most] (`value` reads them); ValueError naming `what` otherwise."""
@@ -41,10 +48,7 @@ def table(raw, what: str, key=int, most: float = float("inf"), value=float) -> d
             raise ValueError(f"{what} has key {k!r}, not {'an integer' if key is int else 'text'}") from None
         if key is int and k < 1:
             raise ValueError(f"{what} has key {k}, not >= 1")
-        if value is float:
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= most or v == float("inf"):
-                raise ValueError(f"{what}[{k}] = {v!r} is not a finite number in [0, {most}]")
-        out[k] = value(v)
+        out[k] = number(v, f"{what}[{k}]", most) if value is float else value(v)
     return out
 
 

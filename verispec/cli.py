@@ -271,10 +271,9 @@ def _serve_limit_flags(p: argparse.ArgumentParser) -> None:
 def cmd_generate(args) -> int:
     from .api import Speculator
     check_decoding_flags(args)
-    if args.draft and args.method in ("plain", "ngram"):
-        raise VerispecError(f"--draft is for --method draft, draft-tree, medusa or eagle, not {args.method}")
-    if args.draft_weights != "auto" and args.method in ("plain", "ngram"):
-        raise VerispecError(f"--draft-weights is for --method draft, draft-tree, medusa or eagle, not {args.method}")
+    if args.method in ("plain", "ngram") and (args.draft or args.draft_weights != "auto"):
+        flag = "--draft" if args.draft else "--draft-weights"
+        raise VerispecError(f"{flag} is for --method draft, draft-tree, medusa or eagle, not {args.method}")
     spec = Speculator(args.model, args.method, args.draft, args.dtype, args.device, tree=args.tree,
                      draft_weights=args.draft_weights, ngram_max=args.ngram_max)
     stream = None if args.json else (lambda text: (sys.stdout.write(text), sys.stdout.flush()))

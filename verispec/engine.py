@@ -99,6 +99,14 @@ class _Top:
         return int(top_tokens(self.p[node]) if self.u is None else tree_draws(self.p[node], self.u[node]))
 
 
+def check_fits(prompt: int, max_new_tokens: int, limit: int, name: str = "") -> None:
+    """A one-line error where a prompt of `prompt` tokens (`name`d, if given) and `max_new_tokens` more do not fit a
+    context of `limit` tokens."""
+    if prompt + max_new_tokens > limit:
+        raise VerispecError(f"prompt{' ' + name if name else ''} ({prompt} tokens) plus max-new-tokens "
+                            f"({max_new_tokens}) exceeds the model's context of {limit} tokens")
+
+
 class Sequence:
     """One generation in progress: its output, KV cache, proposer, random stream, automatic-k state and stats."""
 
@@ -112,9 +120,7 @@ class Sequence:
         limit = target.cfg.max_position
         if proposer is not None and cfg.longest_draft + 1 > limit // 2:     # (plain decoding drafts nothing)
             raise VerispecError(f"k = {cfg.longest_draft} is too large for a context of {limit} tokens")
-        if len(prompt) + cfg.max_new_tokens > limit:
-            raise VerispecError(f"prompt ({len(prompt)} tokens) plus max-new-tokens ({cfg.max_new_tokens}) "
-                                f"exceeds the model's context of {limit} tokens")
+        check_fits(len(prompt), cfg.max_new_tokens, limit)
         # room for the widest pass past the output; where the context ends sooner, a tree waits (`draft_length`)
         self.capacity = min(limit, len(prompt) + cfg.max_new_tokens + reserve(proposer, cfg.longest_draft))
         # proposers that draft from the target's own features (Medusa) hear the hidden states of kept positions

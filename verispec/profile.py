@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from .autok import CostProfile, cost_table, table
+from .autok import CostProfile, cost_table, number
 from .costs import check_room, cost_curve, one_token_pass, verify_times
 from .theory import expected_tokens, monotone_curve, speedup, truncated_geometric
 
@@ -222,7 +222,7 @@ def machine_draft_cost(target, proposer, base: CostProfile, draft: str) -> CostP
                                   ).encode()).hexdigest()[:12]
     path = home() / "profiles" / f"draft-{key}.json"
     try:
-        c = float(table({1: json.loads(path.read_text())["draft"]}, "draft")[1])
+        c = number(json.loads(path.read_text())["draft"], "draft")
     except (OSError, ValueError, KeyError, TypeError, RecursionError):   # none yet, or damaged: measured again
         print("verispec: measuring this machine's draft cost for --k auto (once, a few seconds) ...", file=sys.stderr)
         context = torch.randint(0, model.cfg.vocab_size, (256,), generator=torch.Generator().manual_seed(0)).tolist()

@@ -121,7 +121,7 @@ def round_robin(prompts):
 def cmd_bench_batch(args) -> int:
     from ..api import Target
     from ..costs import parse_batch_sizes
-    from ..engine import GenerationConfig
+    from ..engine import GenerationConfig, check_fits
     from ..files import atomic_file
     from ..prompts import load_prompts
     from ..sampling import SamplingConfig
@@ -134,11 +134,8 @@ def cmd_bench_batch(args) -> int:
     target = Target.load(args.model, args.dtype, args.device, args.draft_weights)
     tok = target.tokenizer
     ids = [tok.prompt_ids(p.prompt) for p in prompts]
-    limit = target.model.cfg.max_position
     for p, i in zip(prompts, ids):     # before the warm-up (which asks for fewer tokens, and would name its own)
-        if len(i) + args.max_new_tokens > limit:
-            raise VerispecError(f"prompt {p.id} ({len(i)} tokens) plus max-new-tokens ({args.max_new_tokens}) "
-                                f"exceeds the model's context of {limit} tokens")
+        check_fits(len(i), args.max_new_tokens, target.model.cfg.max_position, p.id)
     cfg = GenerationConfig(max_new_tokens=args.max_new_tokens, k=args.k, sampling=SamplingConfig(0.0),
                            stop_token_ids=tok.stop_token_ids)
     warm = GenerationConfig(max_new_tokens=4, k=args.k)
